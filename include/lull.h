@@ -377,9 +377,9 @@ LULL_EXTERN int lull_io_init(lull_loop *loop, lull_io *io, int fd,
  * filtered by the new interest. 0, or: -EINVAL for a NULL or uninitialised
  * watcher, events 0 (use lull_io_stop) or unknown bits; -EEXIST if another
  * watcher holds the fd; -EBADF if the fd is not open (on a started watcher:
- * its fd was closed and the number since watched by another); -EPERM for fds
- * epoll cannot watch (regular files, directories); -ENOMEM; or another errno of
- * epoll_ctl (-ENOSPC past fs.epoll.max_user_watches). On failure the
+ * its fd was closed, whether or not the number names a file again); -EPERM for
+ * fds epoll cannot watch (regular files, directories); -ENOMEM; or another
+ * errno of epoll_ctl (-ENOSPC past fs.epoll.max_user_watches). On failure the
  * watcher is as it was: a started one keeps its old interest. */
 LULL_EXTERN int lull_io_start(lull_io *io, int events);
 /* Safe inside any callback: a stopped watcher is not called again, even for
@@ -1436,10 +1436,11 @@ LULL_EXTERN void lull_fsevent_unref(lull_fsevent *w);
  * on a file description of lull's own, never on the one the program's fd
  * shares with the shell. An fd with no name to open (a pty's master side,
  * a terminal from another mount namespace) is used through a dup instead:
- * the shared description is then non-blocking while the tty is open, and
- * lull_tty_close and lull_tty_reset_mode give it its flags back. Window
- * changes arrive as SIGWINCH: watch it with a lull_signal and call
- * lull_tty_get_winsize in its callback (examples/tty_raw.c). */
+ * the shared description is then non-blocking while a tty on it is open,
+ * and the last lull_tty_close on it, or lull_tty_reset_mode, gives it the
+ * flags it had before the first. Window changes arrive as SIGWINCH: watch
+ * it with a lull_signal and call lull_tty_get_winsize in its callback
+ * (examples/tty_raw.c). */
 
 typedef struct lull_tty lull_tty;
 

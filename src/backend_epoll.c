@@ -204,9 +204,24 @@ int lull__backend_modify(lull_loop *loop, lull_io *io, int old, int events) {
         if (err) return err;
     }
     ev.data.u64 = data_of(loop, io);
-    if (epoll_ctl(loop->backend_fd, old ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, io->fd,
-                  &ev) != 0) {
-        int err = -errno;
+    int rc = epoll_ctl(loop->backend_fd, old ? EPOLL_CTL_MOD : EPOLL_CTL_ADD,
+                       io->fd, &ev);
+    /* The file is registered at this number, yet no watcher's registration
+     * is: a watcher whose fd was closed before its stop left it while
+     * another reference kept the file open, and the same file is back at
+     * the number (a dup2 from that copy). Nobody holds the fd: the new
+     * watcher takes the registration over rather than hear -EEXIST until
+     * the orphan happens to report and the set is rebuilt. Never the
+     * wake-up fd's, which has no watcher either: a stop would take it out
+     * of the set, and remote posts would no longer end a sleep. */
+    if (rc != 0 && errno == EEXIST && old == 0 && io->fd != loop->wake_fd &&
+        !owner_of(loop, io->fd))
+        rc = epoll_ctl(loop->backend_fd, EPOLL_CTL_MOD, io->fd, &ev);
+    if (rc != 0) {
+        /* A started watcher's registration went with its file: its fd was
+         * closed, and the number names another file nobody watches (a
+         * number nobody reopened says EBADF itself). */
+        int err = old != 0 && errno == ENOENT ? -EBADF : -errno;
         if (old == 0) slot_release(loop, io);
         return err;
     }

@@ -769,8 +769,11 @@ int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns) {
 }
 
 void lull_loop_stop(lull_loop *loop) {
-    if (!loop || !loop->running) return;
+    if (!loop) return;
+    /* Before the test of `running`, which another thread's run writes: a
+     * stop from the wrong thread is misuse whether or not a run is on. */
     LULL_ASSERT_LOOP_THREAD(loop);
+    if (!loop->running) return;
     loop->stop = true;
     loop->countdown = 0;
 }

@@ -16,6 +16,8 @@
  * new pty), nor can a terminal whose name does not resolve here: then lull
  * uses a dup, the shared description is non-blocking while the tty is open,
  * and its flags are given back by lull_tty_close and lull_tty_reset_mode.
+ * Several ttys on one such description (stdin's and stdout's) all keep the
+ * flags it had before the first: the last one closed gives them back.
  *
  * The reset table. lull_tty_reset_mode runs in signal handlers and at
  * exit, on any thread, so it reads only this file's static table, each
@@ -33,11 +35,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/kcmp.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -155,6 +159,60 @@ static void mode_before_lull(int fd, struct termios *tio) {
     }
 }
 
+/* Whether a and b are one open file description, whose flags one F_SETFL
+ * sets for both: kcmp says so exactly; where it is missing, the same
+ * terminal is taken for it (a pty's master, the tty with no name a test
+ * or multiplexer holds, is one description with all its dups). */
+static bool same_description(int a, int b) {
+    long r =
+        syscall(SYS_kcmp, (pid_t)getpid(), (pid_t)getpid(), KCMP_FILE, a, b);
+    if (r >= 0) return r == 0;
+    term_id x = id_of(a), y = id_of(b);
+    return x.rdev == y.rdev && x.ptn == y.ptn;
+}
+
+/* The flags fd's description had before lull made it non-blocking, where
+ * another tty with no name holds it: a second tty on it (stdin's and
+ * stdout's, one description) finds O_NONBLOCK set by the first one's
+ * stream, and giving that back would leave it non-blocking for good.
+ * Only this process's ttys: a forked child's copy of its parent's entry is
+ * the parent's to give back, whose stream still needs the flag (the child
+ * gives back the flags it found, as lull_stream does). Held RESETTING
+ * while read, as mode_before_lull does. */
+static void flags_before_lull(int fd, int *fl) {
+    int self = (int)getpid();
+    for (int i = 0; i < RESET_SLOTS; i++) {
+        reset_slot *s = &slots[i];
+        int want = SLOT_READY;
+        if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
+            continue;
+        bool same = s->fl >= 0 && atomic_load(&s->pid) == self &&
+                    same_description(s->fd, fd);
+        if (same) *fl = s->fl;
+        atomic_store(&s->state, SLOT_READY);
+        if (same) return;
+    }
+}
+
+/* Whether a tty of this process other than the one entered at `slot` still
+ * uses fd's shared description: then the flags are not given back yet (its
+ * stream needs O_NONBLOCK; the last one gives them back). */
+static bool description_in_use(int slot, int fd) {
+    int self = (int)getpid();
+    for (int i = 0; i < RESET_SLOTS; i++) {
+        reset_slot *s = &slots[i];
+        int want = SLOT_READY;
+        if (i == slot ||
+            !atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
+            continue;
+        bool same = s->fl >= 0 && atomic_load(&s->pid) == self &&
+                    same_description(s->fd, fd);
+        atomic_store(&s->state, SLOT_READY);
+        if (same) return true;
+    }
+    return false;
+}
+
 /* Whether this process gives t's terminal back: it set the mode (or, with
  * no name, the flags), not a parent it was fork()ed from, which holds them
  * still. */
@@ -227,6 +285,7 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
     if (t->ctl < 0) {
         /* No name: the shared description, given its flags back later. */
         t->fl_saved = fcntl(fd, F_GETFL);
+        if (t->fl_saved >= 0) flags_before_lull(fd, &t->fl_saved);
         t->ctl = fcntl(fd, F_DUPFD_CLOEXEC, 0);
         if (t->fl_saved < 0 || t->ctl < 0) {
             int err = -errno;
@@ -355,8 +414,10 @@ int lull_tty_close(lull_tty *t) {
     int rc = 0;
     if (restore && mode != LULL_TTY_MODE_NORMAL)
         rc = set_attr(ctl, saved_of(t));
-    if (restore && t->fl_saved >= 0 && fcntl(ctl, F_SETFL, t->fl_saved) < 0 &&
-        rc == 0)
+    bool shared =
+        restore && t->fl_saved >= 0 && description_in_use(t->slot, ctl);
+    if (restore && t->fl_saved >= 0 && !shared &&
+        fcntl(ctl, F_SETFL, t->fl_saved) < 0 && rc == 0)
         rc = -errno;
     /* Emptied after the restore: a crash in between still restores. */
     slot_leave(t);

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <lull.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -396,6 +397,40 @@ TEST(stop_of_a_watcher_whose_fd_number_was_reused) {
     CHECK_EQ(n.last_events, LULL_READABLE);
     CHECK_EQ(old.calls, 0);
     lull_io_stop(&n.io);
+    close_pipe(&n);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same with nobody watching the new file: the restart of the old
+ * watcher, whose registration went with its file, is refused with the
+ * documented -EBADF (it said -ENOENT, from epoll), and leaves the watcher
+ * as it was; a stop and a start then watch the new file. */
+TEST(restart_of_a_watcher_whose_fd_was_closed_and_the_number_reopened) {
+    lull_loop *loop = new_loop();
+    watch old;
+    make_pipe(&old);
+    int number = old.rfd;
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    close_pipe(&old);
+    CHECK_EQ(lull_io_start(&old.io, LULL_WRITABLE), -EBADF); /* not open */
+
+    watch n;
+    make_pipe(&n);
+    CHECK_EQ(n.rfd, number); /* the lowest free fd */
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE | LULL_WRITABLE), -EBADF);
+    CHECK_EQ(old.io.events, LULL_READABLE);
+    CHECK(lull_loop_alive(loop));
+    fill(n.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(old.calls, 0);
+    lull_io_stop(&old.io);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(old.calls, 1);
+    CHECK_EQ(old.last_events, LULL_READABLE);
+    lull_io_stop(&old.io);
     close_pipe(&n);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
@@ -964,6 +999,164 @@ TEST(stopped_watcher_with_fd_closed_and_a_child_holding_it) {
     int status = 0;
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A watcher stopped after its fd was closed leaves its registration in
+ * the epoll set while a dup holds the file. The same file back at the same
+ * number (dup2 from the copy, as a program restoring its stdin does) is
+ * then watched by nobody: a new watcher must start on it, and hear it,
+ * not be told another watcher holds it while the file stays quiet. */
+TEST(same_file_back_at_a_number_whose_watcher_stopped_after_the_close) {
+    lull_loop *loop = new_loop();
+    watch p;
+    make_pipe(&p);
+    int number = p.rfd;
+    watch old = {.rfd = -1, .wfd = -1};
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    int keep = fcntl(number, F_DUPFD_CLOEXEC, 100);
+    CHECK(keep >= 0);
+    close(number);
+    lull_io_stop(&old.io);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(dup2(keep, number), number);
+
+    CHECK_EQ(lull_io_init(loop, &p.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&p.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(p.calls, 0); /* quiet: nothing yet */
+    fill(p.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(p.calls, 1);
+    CHECK_EQ(p.last_events, LULL_READABLE);
+    CHECK_EQ(old.calls, 0);
+    /* Its interest moves and its stop ends the registration, as any
+     * watcher's: once stopped, the ready pipe reaches nobody. */
+    CHECK_EQ(lull_io_start(&p.io, LULL_READABLE | LULL_WRITABLE), 0);
+    lull_io_stop(&p.io);
+    CHECK_EQ(lull_io_init(loop, &old.io, number, count_only), 0);
+    CHECK_EQ(lull_io_start(&old.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(old.calls, 1);
+    CHECK_EQ(p.calls, 1);
+    lull_io_stop(&old.io);
+    close_pipe(&p);
+    close(keep);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The loop's own fds (its epoll set, its wake-up eventfd, the set
+ * lull_loop_backend_fd gives a host) found by number and watched: each
+ * start is refused and leaves the loop as it was. The wake-up eventfd's
+ * registration has no watcher behind it: taken over as an orphan, a stop
+ * would then have taken it out of the set, and a remote post would no
+ * longer make the host's fd readable. */
+static int fds_open(bool *open, int cap) {
+    int n = 0;
+    for (int fd = 0; fd < cap; fd++) {
+        open[fd] = fcntl(fd, F_GETFD) >= 0;
+        n += open[fd];
+    }
+    return n;
+}
+
+static int posted_runs;
+static void count_post(lull_task *t) {
+    (void)t;
+    posted_runs++;
+}
+
+TEST(the_loops_own_fds_cannot_be_watched) {
+    enum { CAP = 256 };
+    bool before[CAP], after[CAP];
+    fds_open(before, CAP);
+    lull_loop *loop = new_loop();
+    int host = lull_loop_backend_fd(loop);
+    CHECK(host >= 0 && host < CAP);
+    int tried = 0;
+    fds_open(after, CAP);
+    for (int fd = 0; fd < CAP; fd++) {
+        if (before[fd] || !after[fd]) continue;
+        watch w = {.rfd = fd, .wfd = -1};
+        CHECK_EQ(lull_io_init(loop, &w.io, fd, count_only), 0);
+        CHECK(lull_io_start(&w.io, LULL_READABLE) < 0);
+        lull_io_stop(&w.io); /* not started: a no-op */
+        CHECK(!lull_loop_alive(loop));
+        tried++;
+    }
+    CHECK_EQ(tried, 3); /* the epoll set, the eventfd, the host's set */
+    lull_task post;
+    CHECK_EQ(lull_task_init(&post, count_post), 0);
+    int64_t ns = 0;
+    CHECK_EQ(lull_loop_backend_timeout(loop, &ns), 0);
+    CHECK_EQ(ns, -1);                   /* nothing but the fd can bring work */
+    lull_task_post_remote(loop, &post); /* as from another thread */
+    struct pollfd pfd = {.fd = host, .events = POLLIN};
+    CHECK_EQ(poll(&pfd, 1, 0), 1);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(posted_runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* One callback starts 10,000 watchers, all ready at once (the watcher
+ * table and the fd table grow inside a batch) and stops every other one
+ * again; the rest are served over the following polls, LULL__EVENTS_CAP a
+ * batch, each once (each stops itself), and the loop then ends. Fewer
+ * where the hard fd limit is lower: the growth is what is checked. */
+enum { MANY = 10000 };
+static lull_io many[MANY];
+static int many_calls[MANY], many_n;
+
+static void many_once(lull_io *io, int events) {
+    CHECK_EQ(events, LULL_READABLE);
+    many_calls[io - many]++;
+    lull_io_stop(io);
+}
+
+static void start_many(lull_io *io, int events) {
+    (void)events;
+    watch *w = LULL_CONTAINER_OF(io, watch, io);
+    drain(w->rfd);
+    lull_io_stop(io);
+    for (int i = 0; i < many_n; i++)
+        CHECK_EQ(lull_io_start(&many[i], LULL_READABLE), 0);
+    for (int i = 0; i < many_n; i += 2)
+        lull_io_stop(&many[i]);
+}
+
+TEST(ten_thousand_watchers_started_and_stopped_inside_a_callback) {
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    rlim_t want = MANY + 64;
+    if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) want = rl.rlim_max;
+    rl.rlim_cur = want;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    many_n = (int)want - 64 < MANY ? (int)want - 64 : MANY;
+    CHECK(many_n >= 512); /* past the first table and two batches */
+    lull_loop *loop = new_loop();
+    int fds[2];
+    CHECK_EQ(pipe2(fds, O_NONBLOCK | O_CLOEXEC), 0);
+    fill(fds[1]); /* the read end of every watcher: a dup of this */
+    for (int i = 0; i < many_n; i++) {
+        int fd = fcntl(fds[0], F_DUPFD_CLOEXEC, 3);
+        CHECK(fd >= 0);
+        CHECK_EQ(lull_io_init(loop, &many[i], fd, many_once), 0);
+    }
+    watch trigger;
+    make_pipe(&trigger);
+    CHECK_EQ(lull_io_init(loop, &trigger.io, trigger.rfd, start_many), 0);
+    CHECK_EQ(lull_io_start(&trigger.io, LULL_READABLE), 0);
+    fill(trigger.wfd);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < many_n; i++)
+        CHECK_EQ(many_calls[i], i % 2);
+    CHECK(!lull_loop_alive(loop));
+    for (int i = 0; i < many_n; i++)
+        close(many[i].fd);
+    close(fds[0]);
+    close(fds[1]);
+    close_pipe(&trigger);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 

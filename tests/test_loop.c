@@ -622,8 +622,8 @@ typedef struct handover {
     lull_task task;
     lull_timer timer;
     int how; /* early: 0 lull_task_post, 1 lull_timer_start, 2 metrics,
-                3 metrics reset, 4 a name, 5 audit reset; late: 0 adopt
-                first, 1 do not */
+                3 metrics reset, 4 a name, 5 audit reset, 6 lull_loop_stop;
+                late: 0 adopt first, 1 do not */
 } handover;
 
 static void handover_task(lull_task *t) {
@@ -643,6 +643,7 @@ static void *misuse_before_run(void *arg) {
     if (h->how == 3) lull_loop_metrics_reset(h->loop);
     if (h->how == 4) LULL_NAME(h->loop, handover_task, "handover");
     if (h->how == 5) lull_loop_audit_reset(h->loop);
+    if (h->how == 6) lull_loop_stop(h->loop);
     return NULL;
 }
 
@@ -664,8 +665,10 @@ TEST_THREADED(call_from_another_thread_before_run_asserts) {
     static const char wrong_thread[] =
         "lull: called from a thread that does not own the loop";
     /* A post, an arm, and the metrics, names and audit, which the loop's
-     * own thread writes as it runs. */
-    for (int how = 0; how <= 5; how++) {
+     * own thread writes as it runs; and a stop, which is a no-op outside a
+     * run but asserted like every owner-only call, or a program stopping
+     * its loop from another thread fails only when the run has begun. */
+    for (int how = 0; how <= 6; how++) {
         handover h = {.how = how};
         CHECK(check_dies(call_before_run, &h, wrong_thread));
     }

@@ -459,6 +459,52 @@ TEST(master_fd_falls_back_and_gives_flags_back) {
     finish(loop, &p);
 }
 
+/* Two ttys on one shared description with no name (a program's stdin and
+ * stdout are one description; a pty master and its dup here): the second
+ * found O_NONBLOCK set, by the first tty's stream, and took it for the
+ * flags to give back. Closed first to last, the first close made the
+ * description blocking under the second tty's live stream, and the last
+ * one left it non-blocking for good; lull_tty_reset_mode left it
+ * non-blocking too. Every order ends with the caller's flags, and the
+ * description stays non-blocking while either tty is open. how: 0 first
+ * closed first, 1 second first, 2 lull_tty_reset_mode. */
+static void two_ttys_on_one_description(int how) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    CHECK(!(fl & O_NONBLOCK));
+    int fd2 = dup(p.master);
+    CHECK(fd2 >= 0);
+    term a, b;
+    term_init(loop, &a, p.master);
+    term_init(loop, &b, fd2);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    if (how == 2) {
+        lull_tty_reset_mode(); /* a crash path */
+        CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+        CHECK_EQ(fcntl(p.master, F_SETFL, fl | O_NONBLOCK), 0);
+    }
+    term *first = how == 1 ? &b : &a, *last = how == 1 ? &a : &b;
+    term_close_and_wait(loop, first);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK); /* the other still reads */
+    term_close_and_wait(loop, last);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    close(fd2);
+    finish(loop, &p);
+}
+
+TEST(two_ttys_on_one_description_first_closed_first) {
+    two_ttys_on_one_description(0);
+}
+
+TEST(two_ttys_on_one_description_second_closed_first) {
+    two_ttys_on_one_description(1);
+}
+
+TEST(two_ttys_on_one_description_reset_mode) {
+    two_ttys_on_one_description(2);
+}
+
 /* A pty master whose reader stalls, with more queued than the pty holds:
  * the close gives the shared description its blocking flags back, and the
  * stream's last try at the queue must not then block the loop's thread on
@@ -790,6 +836,43 @@ TEST(close_in_a_forked_child_leaves_the_parents_terminal) {
     run_until(loop, &m.closes, 1);
     CHECK(mode_is(p.slave, &before));
     CHECK_EQ(fcntl(p.master, F_GETFL), fl & ~O_NONBLOCK);
+    finish(loop, &p);
+}
+
+/* A forked child opens a tty of its own on the description its parent's
+ * tty holds non-blocking, and closes it: the parent's stream still needs
+ * the flag. The parent's entry in the child's copy of the reset table
+ * is the parent's, not the child's to take flags from. */
+TEST(tty_of_a_forked_child_on_the_parents_description_leaves_its_flags) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    term k;
+    term_init(loop, &k, p.master);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        lull_loop *own = NULL;
+        if (lull_loop_new(&own, NULL) != 0) _exit(2);
+        static term c;
+        memset(&c, 0, sizeof c);
+        if (lull_tty_init(own, &c.t, p.master, NULL) != 0) _exit(3);
+        lull_endpoint_set_callbacks(&c.t.stream.ep, term_frame, NULL,
+                                    term_close);
+        if (lull_tty_close(&c.t) != 0) _exit(4);
+        while (c.closes == 0)
+            if (lull_loop_run(own, LULL_RUN_ONCE) != 0) _exit(5);
+        _exit(fcntl(p.master, F_GETFL) & O_NONBLOCK ? 0 : 6);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    term_close_and_wait(loop, &k);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
     finish(loop, &p);
 }
 
