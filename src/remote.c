@@ -109,14 +109,27 @@ static void wake_loop(lull_loop *loop) {
  * which it may do after releasing its own locks (a pool worker: the loop's
  * next submit does not wait behind the wake-up). */
 int lull__post_remote_push(lull_loop *loop, lull_task *task) {
-    lull_task *expected = NULL;
-    /* Sequentially consistent both ways (on x86 the same locked cmpxchg):
-     * a post that finds the task still queued is coalesced into a run
-     * that follows the drain's reset of the link, which is sequentially
-     * consistent too (lull__remote_drain). */
-    if (!__atomic_compare_exchange_n(&task->remote_next, &expected, CLAIMED,
-                                     false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-        return 0; /* already queued remotely: this post is coalesced */
+    /* Claims the task, or finds it queued (or being pushed) and is
+     * coalesced into the run it gets anyway. A coalesced post must still
+     * publish what its poster wrote before it, or the task's run need not
+     * see it and no later run carries it: a failed compare-and-swap is
+     * only a load and releases nothing. So the coalescing poster rewrites
+     * the link with the value it found (a release read-modify-write), and
+     * every later write of the link is a read-modify-write too (the push
+     * below, the drain's exchanges), so that the drain's acquiring
+     * exchange, which comes before the run, reads the end of that
+     * release sequence. Sequentially consistent (on x86 the same locked
+     * cmpxchg): a post that finds the link non-NULL comes before the
+     * drain's reset in their single order, so its run follows it. */
+    lull_task *seen = __atomic_load_n(&task->remote_next, __ATOMIC_RELAXED);
+    for (;;) {
+        if (__atomic_compare_exchange_n(&task->remote_next, &seen,
+                                        seen ? seen : CLAIMED, false,
+                                        __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+            if (seen) return 0; /* coalesced, its writes published */
+            break;              /* claimed: push it */
+        }
+    }
     /* Only a push onto an empty stack goes on to touch the loop (to wake
      * it), so only such a poster is counted; the count is raised before the
      * push makes the task visible, and the push's release orders it before
@@ -129,8 +142,10 @@ int lull__post_remote_push(lull_loop *loop, lull_task *task) {
             __atomic_fetch_add(&loop->posters, 1, __ATOMIC_RELAXED);
             counted = true;
         }
-        __atomic_store_n(&task->remote_next, head ? head : END,
-                         __ATOMIC_RELAXED);
+        /* An exchange, not a store: a store would end the release
+         * sequence of a post coalesced while the task was claimed. */
+        (void)__atomic_exchange_n(&task->remote_next, head ? head : END,
+                                  __ATOMIC_RELAXED);
     } while (!__atomic_compare_exchange_n(&loop->remote_head, &head, task, true,
                                           __ATOMIC_SEQ_CST, __ATOMIC_RELAXED));
     if (head == NULL) return 1;
@@ -185,9 +200,11 @@ void lull__remote_drain(lull_loop *loop) {
     /* The stack is newest first: reverse it through the claimed links. */
     lull_task *fifo = END;
     while (stack != END && stack != NULL) {
+        /* Acquiring: what a post coalesced into this one wrote before it
+         * (lull__post_remote_push) is visible from here. Never NULL, so
+         * no poster claims the task during the reversal. */
         lull_task *older =
-            __atomic_load_n(&stack->remote_next, __ATOMIC_RELAXED);
-        __atomic_store_n(&stack->remote_next, fifo, __ATOMIC_RELAXED);
+            __atomic_exchange_n(&stack->remote_next, fifo, __ATOMIC_ACQUIRE);
         fifo = stack;
         stack = older;
     }
@@ -197,13 +214,12 @@ void lull__remote_drain(lull_loop *loop) {
     }
     while (fifo != END) {
         lull_task *t = fifo;
-        fifo = __atomic_load_n(&t->remote_next, __ATOMIC_RELAXED);
         /* From here another thread may claim the task again. Sequentially
-         * consistent, as the claim is: a claim that fails before this
-         * reset in their single order is coalesced into the run below,
-         * and the reset (a full barrier on x86) comes before the task's
-         * reads of what that poster wrote first. */
-        __atomic_store_n(&t->remote_next, NULL, __ATOMIC_SEQ_CST);
+         * consistent, as the claim is: a post that finds the link set
+         * before this reset in their single order is coalesced into the
+         * run below, and the exchange acquires what that poster wrote
+         * first (lull__post_remote_push). */
+        fifo = __atomic_exchange_n(&t->remote_next, NULL, __ATOMIC_SEQ_CST);
         lull_task_post(loop, t);
     }
 }

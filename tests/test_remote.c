@@ -412,6 +412,78 @@ TEST_THREADED(remote_posters_racing_on_an_empty_stack_leave_none_counted) {
     CHECK_EQ(lull_loop_free(the_loop), 0);
 }
 
+/* ------------------------- a coalesced post still publishes its writes */
+
+/* A post that finds its task already queued is coalesced into the run
+ * that task gets anyway, and that run must see what the coalesced poster
+ * wrote before its call (the contract: "memory written before the call is
+ * visible to the task"), or its news is lost with no later run to carry
+ * it. Nothing else orders the poster before the loop here: it reports
+ * that it is done through a relaxed store, which orders nothing, so under
+ * ThreadSanitizer only lull's own synchronisation can make the read below
+ * race-free. */
+static lull_task merged_task;
+static int merged_news;       /* plain: published by the post alone */
+static int merged_seen;       /* loop thread only */
+static atomic_int merged_out; /* relaxed: the poster has returned */
+static lull_notifier merged_notifier;
+static lull_listener merged_listener;
+
+static void merged_read(lull_task *t) {
+    (void)t;
+    merged_seen = merged_news;
+}
+
+static void merged_heard(lull_listener *l) {
+    (void)l;
+    merged_seen = merged_news;
+}
+
+static void *merged_post(void *arg) {
+    merged_news = 42;
+    if (arg)
+        lull_notifier_raise_remote(the_loop, &merged_notifier);
+    else
+        lull_task_post_remote(the_loop, &merged_task);
+    atomic_store_explicit(&merged_out, 1, memory_order_relaxed);
+    return NULL;
+}
+
+static void coalesced_post_publishes(bool raise) {
+    CHECK_EQ(lull_loop_new(&the_loop, NULL), 0);
+    merged_news = merged_seen = 0;
+    atomic_store(&merged_out, 0);
+    lull_task_init(&merged_task, merged_read);
+    CHECK_EQ(lull_notifier_init(&merged_notifier), 0);
+    CHECK_EQ(lull_listener_start(the_loop, &merged_notifier, &merged_listener,
+                                 merged_heard),
+             0);
+    /* Queued remotely first, from this thread: the other thread's post
+     * is then coalesced into it. */
+    if (raise)
+        lull_notifier_raise_remote(the_loop, &merged_notifier);
+    else
+        lull_task_post_remote(the_loop, &merged_task);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, merged_post, raise ? &th : NULL), 0);
+    while (!atomic_load_explicit(&merged_out, memory_order_relaxed))
+        sched_yield();
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(merged_seen, 42);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    lull_listener_stop(&merged_listener);
+    CHECK_EQ(lull_loop_free(the_loop), 0);
+}
+
+TEST_THREADED(remote_post_coalesced_into_a_queued_one_publishes_its_writes) {
+    coalesced_post_publishes(false);
+}
+
+TEST_THREADED(remote_raise_coalesced_into_a_queued_one_publishes_its_writes) {
+    coalesced_post_publishes(true);
+}
+
 static lull_task inner;
 static int inner_runs;
 static void run_inner(lull_task *t) {
