@@ -93,7 +93,7 @@ bool serve_bench_available(char *why, size_t size);
 const char *serve_get_redis_version(void);
 const char *serve_get_bench_version(void);
 
-/* A blocking connection to 127.0.0.1:port with 5 s timeouts, or -1. */
+/* A blocking connection to 127.0.0.1:port with 30 s timeouts, or -1. */
 int serve_client_connect(int port);
 int serve_send_all(int fd, const char *p, size_t n);
 int serve_recv_exact(int fd, char *p, size_t n);

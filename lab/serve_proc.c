@@ -356,14 +356,16 @@ const char *serve_get_bench_version(void) {
 
 /* ---------------------------------------------------------- the client */
 
-/* A blocking connection to 127.0.0.1:port with 5 s timeouts, or -1. */
+/* A blocking connection to 127.0.0.1:port with 30 s timeouts, or -1: a
+ * hung server ends the run, a slow one does not (a debug build moving
+ * 64 MiB beside a whole test suite took over 5 s). */
 int serve_client_connect(int port) {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return -1;
     struct sockaddr_in a = {.sin_family = AF_INET,
                             .sin_port = htons((uint16_t)port),
                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {5, 0};
+    struct timeval tv = {30, 0};
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);

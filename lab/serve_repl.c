@@ -443,7 +443,9 @@ static int measure(lab_fig *fig, lab_row *row, int round, double *v) {
     repl_figures *f = &c->r[i];
     if (f->skipped) return LAB_SKIPPED;
     int rc = replicate_once(c->p, c->tls, i, f, &c->ping_requests, v);
-    if (rc < 0) lab_detail("replication, %s: %s\n", repl_label[i], f->why);
+    /* Said in the short output too: the run fails on it, and a bare
+     * "serve failed: Input/output error" named nothing. */
+    if (rc < 0) printf("replication, %s: %s\n", repl_label[i], f->why);
     if (f->skipped && i >= R_KV_TLS) { /* no TLS in one of them */
         printf("TLS catch-up not run: %.78s\n", f->why);
         c->r[R_KV_TLS] = c->r[R_REDIS_TLS] = *f;
