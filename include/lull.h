@@ -1127,7 +1127,9 @@ LULL_EXTERN int lull_stream_read_start(lull_stream *s);
  * only between reads (not inside on_frame); -EBUSY while bytes are
  * buffered. */
 LULL_EXTERN int lull_stream_read_into(lull_stream *s, void *buf, size_t cap);
-/* Keeps the stream open for writing after the peer's EOF; fn hears of it. */
+/* Keeps the stream open for writing after the peer's EOF; fn hears of it.
+ * After this end's own lull_stream_shutdown the peer's EOF closes the
+ * stream with 0 instead, and fn does not run. */
 LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */
