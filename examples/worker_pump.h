@@ -90,7 +90,7 @@ static bool inbox_take(inbox *in) {
  * say what is left. It never waits and never arms a timer itself. */
 static lull_pass_result inbox_pass(lull_pump *pump, uint64_t *retry_ns) {
     inbox *in = LULL_CONTAINER_OF(pump, inbox, pump);
-    bool more = inbox_take(in);
+    bool more = inbox_take(in); /* one locked copy into in->batch */
     size_t n = 0;
     while (n < in->len && in->sink(in, in->batch[n]))
         n++;

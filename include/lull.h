@@ -8,11 +8,21 @@
  * writes, pool submissions and completions (tests/test_alloc.c counts
  * them). lull allocates only in: the _new and _start calls of loops, pools
  * and per-core sets; lull_loop_name (once per name); lull_endpoint_send_copy
- * (one block per frame, by design); a stream's set-up (its read buffer) and
- * a framed stream's buffer growing for a longer frame than it has seen; and
- * the loop's own tables when they reach a new high (the timer heap, the fd
- * watcher table, the table of late repeating fires), amortized. Functions
- * that can fail return 0 or a negative errno.
+ * (one block per frame, by design) and lull_stream_send_fds (one per call);
+ * a stream's set-up (its read buffer) and a framed stream's buffer growing
+ * for a longer frame than it has seen; a pump's init (its wake-audit row,
+ * once); a udp socket's first lull_udp_recv_start (its receive buffers); a
+ * loop's fs event watches (the inotify instance, a table of watches);
+ * lull_fs_scandir (its batch and DIR), lull_dial_start (its lookup and
+ * address list) and lull_lookup_start (getaddrinfo's list, yours to free); the
+ * reaper of lull_process_detach; TLS (OpenSSL); and tables when they reach
+ * a new high, amortized (each doubles): the loop's own (the timer heap, the
+ * fd watcher table, the table of late repeating fires) and the process's
+ * set of handles in use, which the set-up of fd watchers, listeners,
+ * loopback pairs, pumps, processes, streams, servers, udp sockets and fs
+ * event watches adds to (8 growths over the first 1,000 listeners; none when a
+ * handle's memory is used again). Functions that can fail return 0 or a
+ * negative errno.
  *
  * Threads: a loop has one owner thread at a time. It is the thread that
  * created the loop until another thread runs it: lull_loop_run,
@@ -1127,7 +1137,9 @@ LULL_EXTERN int lull_stream_read_start(lull_stream *s);
  * only between reads (not inside on_frame); -EBUSY while bytes are
  * buffered. */
 LULL_EXTERN int lull_stream_read_into(lull_stream *s, void *buf, size_t cap);
-/* Keeps the stream open for writing after the peer's EOF; fn hears of it. */
+/* Keeps the stream open for writing after the peer's EOF; fn hears of it.
+ * After this end's own lull_stream_shutdown the peer's EOF closes the
+ * stream with 0 instead, and fn does not run. */
 LULL_EXTERN void lull_stream_set_on_end(lull_stream *s, lull_end_fn fn);
 /* Half-close: once everything queued is written, shut the write side (the
  * peer reads EOF); sends fail with -EPIPE from now on. Reading goes on. */

@@ -2565,6 +2565,30 @@ TEST(max_queued_past_before_the_connect_callback) {
     }
 }
 
+/* on_end keeps a stream open for writing after the peer's EOF. Once this
+ * end has shut its own write side there is nothing left to keep open: the
+ * peer's EOF closes the stream with 0, and on_end does not run (API.md,
+ * lull_stream_set_on_end). */
+TEST(peer_eof_after_own_shutdown_closes_without_on_end) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    lull_stream_options o = {.flags = LULL_STREAM_RAW};
+    owner *ow = owner_raw(loop, &peer, &o);
+    lull_stream_set_on_end(&ow->s, count_end);
+    g_ends = 0;
+    CHECK_EQ(lull_stream_shutdown(&ow->s), 0);
+    char b[1];
+    for (int i = 0; i < 100; i++) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        if (recv(peer, b, sizeof b, MSG_DONTWAIT) == 0) break; /* shut */
+    }
+    CHECK_EQ(g_owner_closes, 0); /* reading goes on */
+    close(peer);
+    owner_closed_once(loop, 0);
+    CHECK_EQ(g_ends, 0);
+    free_loop(loop);
+}
+
 /* A local close racing a close the stream has found but not delivered
  * yet (a failed write inside lull_endpoint_send, told in a later turn; the
  * peer's EOF not read yet): the local close replaces it, and the one close
