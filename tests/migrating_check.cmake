@@ -1,12 +1,11 @@
 # docs/MIGRATING.md stays true (cmake -P, run by ctest as docs.migrating):
-#   1. every code block marked <!-- verbatim: PATH --> appears, character
-#      for character, in PATH: the side by side of the ported echo server
-#      shows the code the test suite builds and runs;
-#   2. its list of the calls another thread may make (between the
+#   (its code blocks marked <!-- verbatim: PATH --> are docs.verbatim's,
+#   tests/doc_verbatim.cmake, as every doc's)
+#   1. its list of the calls another thread may make (between the
 #      thread-safe list markers) names exactly the functions that
 #      include/lull.h calls thread-safe (in the comment right above the
 #      prototype) and those docs/API.md gives "Thread: any";
-#   3. every libuv name (uv_..., UV_...) and libev name (ev_..., EV_...,
+#   2. every libuv name (uv_..., UV_...) and libev name (ev_..., EV_...,
 #      EVRUN_..., EVBREAK_...) it mentions is declared by the installed
 #      uv.h or ev.h (each part skipped with a printed line when that
 #      header is missing).
@@ -16,44 +15,7 @@ cmake_minimum_required(VERSION 3.20)
 file(READ ${SOURCE_DIR}/docs/MIGRATING.md doc)
 set(failures "")
 
-# ------------------------------------------------ 1. verbatim code blocks
-set(rest "${doc}")
-set(blocks 0)
-while(TRUE)
-  string(FIND "${rest}" "<!-- verbatim: " at)
-  if(at LESS 0)
-    break()
-  endif()
-  string(SUBSTRING "${rest}" ${at} -1 rest)
-  string(REGEX MATCH "^<!-- verbatim: ([^ ]+) -->\n```c\n" head "${rest}")
-  if(NOT head)
-    list(APPEND failures "a verbatim marker not followed by a ```c block")
-    string(SUBSTRING "${rest}" 1 -1 rest)
-    continue()
-  endif()
-  set(path "${CMAKE_MATCH_1}")
-  string(LENGTH "${head}" head_len)
-  string(SUBSTRING "${rest}" ${head_len} -1 rest)
-  string(FIND "${rest}" "```" end)
-  string(SUBSTRING "${rest}" 0 ${end} code)
-  string(SUBSTRING "${rest}" ${end} -1 rest)
-  math(EXPR blocks "${blocks} + 1")
-  if(NOT EXISTS ${SOURCE_DIR}/${path})
-    list(APPEND failures "block ${blocks}: ${path} does not exist")
-    continue()
-  endif()
-  file(READ ${SOURCE_DIR}/${path} source)
-  string(FIND "${source}" "${code}" found)
-  if(found LESS 0)
-    string(REGEX MATCH "^[^\n]*" first "${code}")
-    list(APPEND failures "block ${blocks} (\"${first}\") is not in ${path} as shown")
-  endif()
-endwhile()
-if(blocks EQUAL 0)
-  list(APPEND failures "no verbatim blocks")
-endif()
-
-# ------------------------------------------- 2. the thread-safe list
+# ------------------------------------------- 1. the thread-safe list
 string(FIND "${doc}" "<!-- thread-safe list begin -->" begin)
 string(FIND "${doc}" "<!-- thread-safe list end -->" end)
 if(begin LESS 0 OR end LESS begin)
@@ -144,7 +106,7 @@ foreach(name ${listed})
   endif()
 endforeach()
 
-# ------------------------------------------------ 3. libuv and libev names
+# ------------------------------------------------ 2. libuv and libev names
 # Names the docs may give that no header declares: environment variables.
 set(allowed UV_THREADPOOL_SIZE)
 function(check_peer what include_dir headers regex)
@@ -198,4 +160,4 @@ if(failures)
   message(FATAL_ERROR "docs/MIGRATING.md:\n  ${failures}")
 endif()
 list(LENGTH listed n_listed)
-message(STATUS "docs/MIGRATING.md: ${blocks} verbatim blocks match their files; the thread-safe list has all ${n_listed} functions")
+message(STATUS "docs/MIGRATING.md: the thread-safe list has all ${n_listed} functions")
