@@ -171,46 +171,42 @@ static bool same_description(int a, int b) {
     return x.rdev == y.rdev && x.ptn == y.ptn;
 }
 
-/* The flags fd's description had before lull made it non-blocking, where
- * another tty with no name holds it: a second tty on it (stdin's and
- * stdout's, one description) finds O_NONBLOCK set by the first one's
- * stream, and giving that back would leave it non-blocking for good.
- * Only this process's ttys: a forked child's copy of its parent's entry is
- * the parent's to give back, whose stream still needs the flag (the child
- * gives back the flags it found, as lull_stream does). Held RESETTING
- * while read, as mode_before_lull does. */
-static void flags_before_lull(int fd, int *fl) {
+/* Another tty of this process (not the one entered at `skip`; -1: any)
+ * on fd's shared description: true, with its saved flags in *fl (if not
+ * NULL). Only this process's ttys: a forked child's copy of its parent's
+ * entry is the parent's to give back. Each entry is held RESETTING while
+ * read, as mode_before_lull does. */
+static bool slot_sharing(int skip, int fd, int *fl) {
     int self = (int)getpid();
     for (int i = 0; i < RESET_SLOTS; i++) {
         reset_slot *s = &slots[i];
         int want = SLOT_READY;
-        if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
+        if (i == skip ||
+            !atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
             continue;
         bool same = s->fl >= 0 && atomic_load(&s->pid) == self &&
                     same_description(s->fd, fd);
-        if (same) *fl = s->fl;
+        if (same && fl) *fl = s->fl;
         atomic_store(&s->state, SLOT_READY);
-        if (same) return;
+        if (same) return true;
     }
+    return false;
+}
+
+/* The flags fd's description had before lull made it non-blocking, where
+ * another tty with no name holds it: a second tty on it (stdin's and
+ * stdout's, one description) finds O_NONBLOCK set by the first one's
+ * stream, and giving that back would leave it non-blocking for good (a
+ * forked child gives back the flags it found, as lull_stream does). */
+static void flags_before_lull(int fd, int *fl) {
+    (void)slot_sharing(-1, fd, fl);
 }
 
 /* Whether a tty of this process other than the one entered at `slot` still
  * uses fd's shared description: then the flags are not given back yet (its
  * stream needs O_NONBLOCK; the last one gives them back). */
 static bool description_in_use(int slot, int fd) {
-    int self = (int)getpid();
-    for (int i = 0; i < RESET_SLOTS; i++) {
-        reset_slot *s = &slots[i];
-        int want = SLOT_READY;
-        if (i == slot ||
-            !atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
-            continue;
-        bool same = s->fl >= 0 && atomic_load(&s->pid) == self &&
-                    same_description(s->fd, fd);
-        atomic_store(&s->state, SLOT_READY);
-        if (same) return true;
-    }
-    return false;
+    return slot_sharing(slot, fd, NULL);
 }
 
 /* Whether this process gives t's terminal back: it set the mode (or, with
