@@ -227,10 +227,11 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
 /* In a child after fork(), before it uses the loop: gives the child its own
  * kernel state (a new epoll set with every started watcher registered
  * again, a new wake-up fd, and a signalfd of its own for its signal
- * handles), so nothing the child does reaches the
- * parent's loop; its fs event watches (the parent's inotify instance)
- * end with LULL_FSEVENT_GONE in a later turn; its pool work in flight at
- * the fork comes back with -ECANCELED (fn runs, if at all, in the parent).
+ * handles), so nothing the child does reaches the parent's loop; its fs
+ * event watches (the parent's inotify instance) end with
+ * LULL_FSEVENT_GONE in a later turn; its pool work in flight at the fork
+ * comes back with -ECANCELED (fn runs, if at all, in the parent), but
+ * work whose fn had returned comes back done, with fn's status.
  * A child that does not call it must not touch the loop (debug builds
  * abort at its first run, or start or stop of a watcher).
  * Call it on the thread that forked, which must own the loop: fork on the
