@@ -302,7 +302,10 @@ case_std_fds_closed() {
     [ "$(redis-cli -s "$dir/k.sock" GET k)" = v ] || fail "GET after a log line"
 }
 
-case_tls_garbage_logged() {
+# lull-kv as "t" with a TLS port ($tport) on a fresh self-signed
+# certificate, no client certificates asked; skips (77) without python3,
+# openssl, or OpenSSL in this lull-kv.
+start_tls_server() {
     need_python
     command -v openssl >/dev/null 2>&1 || {
         echo "skipped: openssl not installed"
@@ -311,7 +314,6 @@ case_tls_garbage_logged() {
     openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
         -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
         2>/dev/null || fail "openssl req"
-    local tport
     tport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     if timeout 2 "$kv" --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
         --tls-key-file "$dir/s.key" --tls-auth-clients no 2>&1 |
@@ -321,6 +323,11 @@ case_tls_garbage_logged() {
     fi
     start t --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
         --tls-key-file "$dir/s.key" --tls-auth-clients no
+}
+
+case_tls_garbage_logged() {
+    local tport
+    start_tls_server
     # mode: "garbage" sends bytes that are no TLS record on the socket
     # under the session; "eof" just closes it without close_notify.
     tls_client() {
@@ -402,24 +409,8 @@ case_tls_bad_file_named() {
 }
 
 case_tls_bad_clients_isolated() {
-    need_python
-    command -v openssl >/dev/null 2>&1 || {
-        echo "skipped: openssl not installed"
-        exit 77
-    }
-    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
-        -keyout "$dir/s.key" -out "$dir/s.crt" -subj /CN=localhost -days 1 \
-        2>/dev/null || fail "openssl req"
     local tport
-    tport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    if timeout 2 "$kv" --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
-        --tls-key-file "$dir/s.key" --tls-auth-clients no 2>&1 |
-        grep -q "built without"; then
-        echo "skipped: lull built without OpenSSL"
-        exit 77
-    fi
-    start t --port 0 --tls-port "$tport" --tls-cert-file "$dir/s.crt" \
-        --tls-key-file "$dir/s.key" --tls-auth-clients no
+    start_tls_server
     python3 - "$tport" "$started" <<'PY' || fail "a good client beside bad ones"
 import socket, ssl, sys, time
 port, pid = int(sys.argv[1]), int(sys.argv[2])
