@@ -1617,6 +1617,7 @@ static int master_handshake(server *srv) {
             store_init(&m->snap_db);
             m->snap_db.plant_int32 = k->db.plant_int32;
             m->snap_db.plant_same_length = k->db.plant_same_length;
+            m->snap_db.plant_blob_inplace = k->db.plant_blob_inplace;
         } else {
             store_clear(&k->db); /* another history: start over */
             k->offset = 0;

@@ -99,8 +99,8 @@
  *                      lrem-direction, outf-resend, ack-spin,
  *                      msetnx-partial, lpos-tail, expire-seconds,
  *                      smove-same, zpop-past, setstore-source,
- *                      zscore-exclusive, zremrank-negative, scan-skip:
- *                      lull-kv's;
+ *                      zscore-exclusive, zremrank-negative, scan-skip,
+ *                      blob-inplace: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's; hang:
  *                      the simulator's own, for --hang-seconds); with
@@ -1406,6 +1406,18 @@ static bool to_big_key(client *cl, model_cmd *c, int *key) {
     return false;
 }
 
+/* The key of a GET of a big value this client has in flight, sent
+ * before the request being made (the pipeline's last), or -1. */
+static int big_get_in_flight(const client *cl) {
+    for (int i = 0; i < cl->qlen - 1; i++) {
+        const pending *q = &cl->q[(cl->qhead + i) % PIPE_MAX];
+        if (q->kind != P_CMD || q->cmd[0].op != OP_GET) continue;
+        const model_val *v = &cl->keys[q->key[0]].c[0];
+        if (v->type == MODEL_STRING && v->len >= BIG_MIN) return q->key[0];
+    }
+    return -1;
+}
+
 /* A big value: big_len bytes of the pattern, shifted from a random byte
  * on, so two differ only past a prefix of random length. Most go over a
  * key that holds one: an overwrite of equal length, which a replica
@@ -1913,7 +1925,11 @@ static void send_cmd(client *cl) {
         send_multikey(cl, p, req);
         return;
     }
-    bool multi = cl->remaining >= 2 && below(&S->rng, 10) == 0;
+    /* (behind a GET of a big value in flight, a transaction: below,
+     * big_get_in_flight) */
+    bool multi =
+        cl->remaining >= 2 &&
+        (below(&S->rng, 10) == 0 || (S->big_len && big_get_in_flight(cl) >= 0));
     if (multi) {
         p->kind = P_MULTI;
         p->ncmd = 1 + (int)below(&S->rng, 3);
@@ -1941,6 +1957,24 @@ static void send_cmd(client *cl) {
             to_big_key(cl, &p->cmd[0], &p->key[0])) {
             p->cmd[0].op = OP_GET;
             p->key2[0] = p->key[0];
+        }
+        /* And behind a GET of a big value in flight, a transaction
+         * whose commands (but a GET, a walk's step) are SETs of
+         * equal-length values to its key, which the server makes in
+         * place: the GET's reply may still be going out from the key's
+         * own bytes (REPLY_HANDOVER), and must be the value as it was
+         * (KV_PLANT_BLOB_INPLACE). Seeds with no such GET draw as
+         * before. */
+        int got;
+        if (S->big_len && p->cmd[i].op != OP_GET && p->cmd[i].op != OP_SSCAN &&
+            p->cmd[i].op != OP_ZSCAN && (got = big_get_in_flight(cl)) >= 0) {
+            model_cmd *c = &p->cmd[i];
+            memset(c, 0, sizeof *c);
+            c->op = OP_SET;
+            p->key[i] = p->key2[i] = got;
+            snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, got);
+            memcpy(c->key2, c->key, sizeof c->key2);
+            big_value(cl, c, &p->key[i]);
         }
         n += model_request(&p->cmd[i], req + n);
     }
@@ -3667,6 +3701,7 @@ static const struct {
               {"zscore-exclusive", KV_PLANT_ZSCORE_EXCLUSIVE},
               {"zremrank-negative", KV_PLANT_ZREMRANK_NEGATIVE},
               {"scan-skip", KV_PLANT_SCAN_SKIP},
+              {"blob-inplace", KV_PLANT_BLOB_INPLACE},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
