@@ -100,7 +100,7 @@
  *                      msetnx-partial, lpos-tail, expire-seconds,
  *                      smove-same, zpop-past, setstore-source,
  *                      zscore-exclusive, zremrank-negative, scan-skip,
- *                      blob-inplace: lull-kv's;
+ *                      blob-inplace, resume-replid: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's; hang:
  *                      the simulator's own, for --hang-seconds); with
@@ -3233,6 +3233,30 @@ static void restart_open(lull_timer *t) {
     static buf out;
     out.len = 0;
     kv_exec(&p->srv.kv, NULL, set, 3, &out);
+    /* Then one whose value brings the log's end to the first replica's
+     * offset in the old history (when that is ahead, by up to 1 MiB, and
+     * a record that long is within the replicas' output limit): a record
+     * boundary of this log, which it asks to resume from with the old
+     * replid, and must be fully resynced all the same: the replid, not
+     * the offset, says which history (KV_PLANT_RESUME_REPLID). */
+    uint64_t at = S->nodes[1].srv.kv.offset, end = p->srv.kv.log.end;
+    uint64_t most = S->repl_limit ? S->repl_limit / 2 : 1u << 20;
+    if (at <= end || at - end > most || at - end > (1u << 20)) return;
+    uint64_t gap = at - end;
+    resp_arg pad[3] = {{"SET", 3}, {"c1:k2", 5}, {"", 0}};
+    size_t fixed = repl_record_len(pad, 3) - 1; /* all but the length's */
+    for (size_t d = 1; d < 8 && fixed + d <= gap; d++) { /* digits */
+        pad[2].len = (size_t)gap - fixed - d;
+        if (repl_record_len(pad, 3) == gap) break;
+    }
+    if (repl_record_len(pad, 3) != gap) return;
+    char *v = malloc(pad[2].len + 1);
+    if (!v) abort();
+    memset(v, 'h', pad[2].len);
+    pad[2].p = v;
+    out.len = 0;
+    kv_exec(&p->srv.kv, NULL, pad, 3, &out);
+    free(v);
 }
 
 /* The old primary stops, a few ms after its last write, which its
@@ -3702,6 +3726,7 @@ static const struct {
               {"zremrank-negative", KV_PLANT_ZREMRANK_NEGATIVE},
               {"scan-skip", KV_PLANT_SCAN_SKIP},
               {"blob-inplace", KV_PLANT_BLOB_INPLACE},
+              {"resume-replid", KV_PLANT_RESUME_REPLID},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
