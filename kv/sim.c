@@ -102,8 +102,9 @@
  *                      zscore-exclusive, zremrank-negative, scan-skip,
  *                      blob-inplace, resume-replid: lull-kv's;
  *                      hollow-partition: the network's; short-write-
- *                      resend, short-write-drop: the stream path's; hang:
- *                      the simulator's own, for --hang-seconds); with
+ *                      resend, short-write-drop: the stream path's; hang,
+ *                      crash: the simulator's own, for --hang-seconds and
+ *                      the crash report, crash_signal); with
  *                      --expect-find N, succeed when a seed of the first N
  *                      finds it, fail when none does
  *     --determinism N  a fault-free run of N commands, twice: the traces'
@@ -302,6 +303,9 @@ enum { PLANT_HOLLOW_PARTITION = 0x10000 };
 /* The simulator's own planted bug, for its seed watchdog (hang_arm): a
  * client's frame callback that never returns. Above lull-kv's bits. */
 #define PLANT_HANG (1ull << 48)
+/* And for its crash report (crash_signal): a client's frame callback that
+ * aborts. */
+#define PLANT_CRASH (1ull << 49)
 
 struct sim {
     uint64_t seed;
@@ -1261,7 +1265,7 @@ static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
     srv->kv.plant =
         S->plant & ~(uint64_t)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
                                KV_PLANT_LOST_WAKEUP | PLANT_HOLLOW_PARTITION |
-                               PLANT_STREAMS | PLANT_HANG);
+                               PLANT_STREAMS | PLANT_HANG | PLANT_CRASH);
     srv->kv.log.chunk_size = S->chunk_size;
     if (replica) {
         srv->kv.replica = true;
@@ -1269,8 +1273,9 @@ static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
         srv->m.port = 6380;
         srv->port = 6380 + index;
     } else {
-        srv->kv.plant = S->plant & ~(uint64_t)(PLANT_HOLLOW_PARTITION |
-                                               PLANT_STREAMS | PLANT_HANG);
+        srv->kv.plant =
+            S->plant & ~(uint64_t)(PLANT_HOLLOW_PARTITION | PLANT_STREAMS |
+                                   PLANT_HANG | PLANT_CRASH);
         srv->port = 6380;
     }
     if (S->backlog) srv->kv.log.backlog = S->backlog;
@@ -2218,6 +2223,7 @@ static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     if (S->plant & PLANT_HANG) /* planted: never returns */
         for (volatile bool spin = true; spin;) {
         }
+    if (S->plant & PLANT_CRASH) abort(); /* planted: a fatal signal */
     buf_put(&cl->in, bytes, len);
     size_t at = 0;
     while (at < cl->in.len && !S->failed) {
@@ -3731,7 +3737,8 @@ static const struct {
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
               {"hollow-short-write", PLANT_HOLLOW_SHORT},
-              {"hang", PLANT_HANG}};
+              {"hang", PLANT_HANG},
+              {"crash", PLANT_CRASH}};
 
 static const char *plant_name(uint64_t plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
@@ -3834,6 +3841,36 @@ static void hang_alarm(int sig) {
     _exit(hang_rc);
 }
 
+/* A seed that dies of a signal (a wild pointer; a heap the allocator
+ * finds corrupt, and aborts) ended the run with nothing said of it: the
+ * seed and its replay (or the planted crash found) are written as it dies
+ * (the message built by hang_arm, as the watchdog's), with the signal's
+ * number, and the process ends with 1 (0 for a planted bug sought). */
+static char crash_head[256], crash_tail[512];
+static size_t crash_head_len, crash_tail_len; /* 0: no seed running */
+static int crash_rc;
+
+static void crash_signal(int sig) {
+    if (!crash_head_len) { /* no seed running: the signal's own end */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    char num[16];
+    size_t n = sizeof num;
+    for (int v = sig; n == sizeof num || v; v /= 10)
+        num[--n] = (char)('0' + v % 10);
+    ssize_t w = write(STDOUT_FILENO, crash_head, crash_head_len);
+    w = write(STDOUT_FILENO, num + n, sizeof num - n);
+    w = write(STDOUT_FILENO, crash_tail, crash_tail_len);
+    (void)w;
+    _exit(crash_rc);
+}
+
+static size_t msg_len(int n, size_t cap) {
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
 /* Arms the watchdog for one seed; hang_arm(0, ...) with seed 0 and
  * arm false disarms it. A planted bug sought (--expect-find) is found by
  * a hang as by a failure. */
@@ -3841,6 +3878,7 @@ static void hang_arm(bool arm, uint64_t seed, uint64_t plant, bool seeking,
                      const char *argv0) {
     if (!arm) {
         alarm(0);
+        crash_head_len = crash_tail_len = 0;
         return;
     }
     int n;
@@ -3850,7 +3888,26 @@ static void hang_arm(bool arm, uint64_t seed, uint64_t plant, bool seeking,
                      ": no return in %u s of real time\n",
                      plant_name(plant), seed, hang_s);
         hang_rc = 0;
+        crash_head_len = msg_len(snprintf(crash_head, sizeof crash_head,
+                                          "planted %s: found by seed %" PRIu64
+                                          ": crashed (signal ",
+                                          plant_name(plant), seed),
+                                 sizeof crash_head);
+        crash_tail_len = msg_len(snprintf(crash_tail, sizeof crash_tail, ")\n"),
+                                 sizeof crash_tail);
+        crash_rc = 0;
     } else {
+        crash_head_len =
+            msg_len(snprintf(crash_head, sizeof crash_head,
+                             "seed %" PRIu64 " FAILED: crashed (signal ", seed),
+                    sizeof crash_head);
+        crash_tail_len =
+            msg_len(snprintf(crash_tail, sizeof crash_tail,
+                             ")\nreplay: %s --seed %" PRIu64 "%s%s%s\n", argv0,
+                             seed, streams_flag(), plant ? " --plant " : "",
+                             plant ? plant_name(plant) : ""),
+                    sizeof crash_tail);
+        crash_rc = 1;
         n = snprintf(hang_msg, sizeof hang_msg,
                      "seed %" PRIu64 " FAILED: no return in %u s of real "
                      "time (a call that spins, or a wait nothing ends)\n"
@@ -4086,6 +4143,9 @@ int main(int argc, char **argv) {
     uint64_t scan_parts = 0;
     fault_tally faults = {0};
     signal(SIGALRM, hang_alarm); /* the seed watchdog (hang_arm) */
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
+        signal(fatal[i], crash_signal); /* the crash report (crash_signal) */
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
     for (uint64_t s = first;; s++) {
