@@ -1343,7 +1343,9 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
         return;
     }
     repl_log_keep(&k->log); /* a replica: the log is kept from here on */
-    bool same = a[1].len == 40 && memcmp(a[1].p, k->replid, 40) == 0;
+    /* (KV_PLANT_RESUME_REPLID, repl.h: any replid) */
+    bool same = a[1].len == 40 && (memcmp(a[1].p, k->replid, 40) == 0 ||
+                                   (k->plant & KV_PLANT_RESUME_REPLID));
     char reply[96];
     /* (KV_PLANT_RESUME_CAUGHT_UP, repl.h: only from the log's end) */
     if (same &&
@@ -1617,6 +1619,7 @@ static int master_handshake(server *srv) {
             store_init(&m->snap_db);
             m->snap_db.plant_int32 = k->db.plant_int32;
             m->snap_db.plant_same_length = k->db.plant_same_length;
+            m->snap_db.plant_blob_inplace = k->db.plant_blob_inplace;
         } else {
             store_clear(&k->db); /* another history: start over */
             k->offset = 0;

@@ -91,6 +91,7 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     /* Test only: the planted bugs of the keyspace and the log. */
     srv->kv.db.plant_int32 = srv->kv.plant & KV_PLANT_INT32;
     srv->kv.db.plant_same_length = srv->kv.plant & KV_PLANT_SAME_LENGTH;
+    srv->kv.db.plant_blob_inplace = srv->kv.plant & KV_PLANT_BLOB_INPLACE;
     srv->kv.log.plant = srv->kv.plant;
     srv->kv.log.clock = plant_clock;
     srv->kv.log.clock_arg = srv;

@@ -163,6 +163,13 @@ enum {
 #define KV_PLANT_ZREMRANK_NEGATIVE (1ull << 36)
 /* SSCAN and ZSCAN of a large set skip a bucket after each step. */
 #define KV_PLANT_SCAN_SKIP (1ull << 37)
+/* A value of 64 KiB or more written over one of the same length in
+ * place, though a reply still sends the old one from those bytes: the
+ * reply carries the new value (or part of each). */
+#define KV_PLANT_BLOB_INPLACE (1ull << 38)
+/* The primary resumes a replica that asks from a record boundary of its
+ * log whatever replid it names: one from another history too. */
+#define KV_PLANT_RESUME_REPLID (1ull << 39)
 
 /* A sender's place in the log: the next record and the chunk holding it,
  * both numbered since the log began (a trim does not move them). */

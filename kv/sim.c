@@ -99,11 +99,12 @@
  *                      lrem-direction, outf-resend, ack-spin,
  *                      msetnx-partial, lpos-tail, expire-seconds,
  *                      smove-same, zpop-past, setstore-source,
- *                      zscore-exclusive, zremrank-negative, scan-skip:
- *                      lull-kv's;
+ *                      zscore-exclusive, zremrank-negative, scan-skip,
+ *                      blob-inplace, resume-replid: lull-kv's;
  *                      hollow-partition: the network's; short-write-
- *                      resend, short-write-drop: the stream path's; hang:
- *                      the simulator's own, for --hang-seconds); with
+ *                      resend, short-write-drop: the stream path's; hang,
+ *                      crash: the simulator's own, for --hang-seconds and
+ *                      the crash report, crash_signal); with
  *                      --expect-find N, succeed when a seed of the first N
  *                      finds it, fail when none does
  *     --determinism N  a fault-free run of N commands, twice: the traces'
@@ -302,6 +303,9 @@ enum { PLANT_HOLLOW_PARTITION = 0x10000 };
 /* The simulator's own planted bug, for its seed watchdog (hang_arm): a
  * client's frame callback that never returns. Above lull-kv's bits. */
 #define PLANT_HANG (1ull << 48)
+/* And for its crash report (crash_signal): a client's frame callback that
+ * aborts. */
+#define PLANT_CRASH (1ull << 49)
 
 struct sim {
     uint64_t seed;
@@ -1261,7 +1265,7 @@ static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
     srv->kv.plant =
         S->plant & ~(uint64_t)(KV_PLANT_RESUME_LATE | KV_PLANT_ACK_BEFORE_LOG |
                                KV_PLANT_LOST_WAKEUP | PLANT_HOLLOW_PARTITION |
-                               PLANT_STREAMS | PLANT_HANG);
+                               PLANT_STREAMS | PLANT_HANG | PLANT_CRASH);
     srv->kv.log.chunk_size = S->chunk_size;
     if (replica) {
         srv->kv.replica = true;
@@ -1269,8 +1273,9 @@ static int node_open(sim *S, node *n, int index, int64_t clock_ms) {
         srv->m.port = 6380;
         srv->port = 6380 + index;
     } else {
-        srv->kv.plant = S->plant & ~(uint64_t)(PLANT_HOLLOW_PARTITION |
-                                               PLANT_STREAMS | PLANT_HANG);
+        srv->kv.plant =
+            S->plant & ~(uint64_t)(PLANT_HOLLOW_PARTITION | PLANT_STREAMS |
+                                   PLANT_HANG | PLANT_CRASH);
         srv->port = 6380;
     }
     if (S->backlog) srv->kv.log.backlog = S->backlog;
@@ -1404,6 +1409,18 @@ static bool to_big_key(client *cl, model_cmd *c, int *key) {
         }
     }
     return false;
+}
+
+/* The key of a GET of a big value this client has in flight, sent
+ * before the request being made (the pipeline's last), or -1. */
+static int big_get_in_flight(const client *cl) {
+    for (int i = 0; i < cl->qlen - 1; i++) {
+        const pending *q = &cl->q[(cl->qhead + i) % PIPE_MAX];
+        if (q->kind != P_CMD || q->cmd[0].op != OP_GET) continue;
+        const model_val *v = &cl->keys[q->key[0]].c[0];
+        if (v->type == MODEL_STRING && v->len >= BIG_MIN) return q->key[0];
+    }
+    return -1;
 }
 
 /* A big value: big_len bytes of the pattern, shifted from a random byte
@@ -1913,7 +1930,11 @@ static void send_cmd(client *cl) {
         send_multikey(cl, p, req);
         return;
     }
-    bool multi = cl->remaining >= 2 && below(&S->rng, 10) == 0;
+    /* (behind a GET of a big value in flight, a transaction: below,
+     * big_get_in_flight) */
+    bool multi =
+        cl->remaining >= 2 &&
+        (below(&S->rng, 10) == 0 || (S->big_len && big_get_in_flight(cl) >= 0));
     if (multi) {
         p->kind = P_MULTI;
         p->ncmd = 1 + (int)below(&S->rng, 3);
@@ -1941,6 +1962,24 @@ static void send_cmd(client *cl) {
             to_big_key(cl, &p->cmd[0], &p->key[0])) {
             p->cmd[0].op = OP_GET;
             p->key2[0] = p->key[0];
+        }
+        /* And behind a GET of a big value in flight, a transaction
+         * whose commands (but a GET, a walk's step) are SETs of
+         * equal-length values to its key, which the server makes in
+         * place: the GET's reply may still be going out from the key's
+         * own bytes (REPLY_HANDOVER), and must be the value as it was
+         * (KV_PLANT_BLOB_INPLACE). Seeds with no such GET draw as
+         * before. */
+        int got;
+        if (S->big_len && p->cmd[i].op != OP_GET && p->cmd[i].op != OP_SSCAN &&
+            p->cmd[i].op != OP_ZSCAN && (got = big_get_in_flight(cl)) >= 0) {
+            model_cmd *c = &p->cmd[i];
+            memset(c, 0, sizeof *c);
+            c->op = OP_SET;
+            p->key[i] = p->key2[i] = got;
+            snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, got);
+            memcpy(c->key2, c->key, sizeof c->key2);
+            big_value(cl, c, &p->key[i]);
         }
         n += model_request(&p->cmd[i], req + n);
     }
@@ -2184,6 +2223,7 @@ static void client_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     if (S->plant & PLANT_HANG) /* planted: never returns */
         for (volatile bool spin = true; spin;) {
         }
+    if (S->plant & PLANT_CRASH) abort(); /* planted: a fatal signal */
     buf_put(&cl->in, bytes, len);
     size_t at = 0;
     while (at < cl->in.len && !S->failed) {
@@ -3199,6 +3239,30 @@ static void restart_open(lull_timer *t) {
     static buf out;
     out.len = 0;
     kv_exec(&p->srv.kv, NULL, set, 3, &out);
+    /* Then one whose value brings the log's end to the first replica's
+     * offset in the old history (when that is ahead, by up to 1 MiB, and
+     * a record that long is within the replicas' output limit): a record
+     * boundary of this log, which it asks to resume from with the old
+     * replid, and must be fully resynced all the same: the replid, not
+     * the offset, says which history (KV_PLANT_RESUME_REPLID). */
+    uint64_t at = S->nodes[1].srv.kv.offset, end = p->srv.kv.log.end;
+    uint64_t most = S->repl_limit ? S->repl_limit / 2 : 1u << 20;
+    if (at <= end || at - end > most || at - end > (1u << 20)) return;
+    uint64_t gap = at - end;
+    resp_arg pad[3] = {{"SET", 3}, {"c1:k2", 5}, {"", 0}};
+    size_t fixed = repl_record_len(pad, 3) - 1; /* all but the length's */
+    for (size_t d = 1; d < 8 && fixed + d <= gap; d++) { /* digits */
+        pad[2].len = (size_t)gap - fixed - d;
+        if (repl_record_len(pad, 3) == gap) break;
+    }
+    if (repl_record_len(pad, 3) != gap) return;
+    char *v = malloc(pad[2].len + 1);
+    if (!v) abort();
+    memset(v, 'h', pad[2].len);
+    pad[2].p = v;
+    out.len = 0;
+    kv_exec(&p->srv.kv, NULL, pad, 3, &out);
+    free(v);
 }
 
 /* The old primary stops, a few ms after its last write, which its
@@ -3667,11 +3731,14 @@ static const struct {
               {"zscore-exclusive", KV_PLANT_ZSCORE_EXCLUSIVE},
               {"zremrank-negative", KV_PLANT_ZREMRANK_NEGATIVE},
               {"scan-skip", KV_PLANT_SCAN_SKIP},
+              {"blob-inplace", KV_PLANT_BLOB_INPLACE},
+              {"resume-replid", KV_PLANT_RESUME_REPLID},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
               {"hollow-short-write", PLANT_HOLLOW_SHORT},
-              {"hang", PLANT_HANG}};
+              {"hang", PLANT_HANG},
+              {"crash", PLANT_CRASH}};
 
 static const char *plant_name(uint64_t plant) {
     for (size_t i = 0; i < sizeof plants / sizeof plants[0]; i++)
@@ -3774,6 +3841,36 @@ static void hang_alarm(int sig) {
     _exit(hang_rc);
 }
 
+/* A seed that dies of a signal (a wild pointer; a heap the allocator
+ * finds corrupt, and aborts) ended the run with nothing said of it: the
+ * seed and its replay (or the planted crash found) are written as it dies
+ * (the message built by hang_arm, as the watchdog's), with the signal's
+ * number, and the process ends with 1 (0 for a planted bug sought). */
+static char crash_head[256], crash_tail[512];
+static size_t crash_head_len, crash_tail_len; /* 0: no seed running */
+static int crash_rc;
+
+static void crash_signal(int sig) {
+    if (!crash_head_len) { /* no seed running: the signal's own end */
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    char num[16];
+    size_t n = sizeof num;
+    for (int v = sig; n == sizeof num || v; v /= 10)
+        num[--n] = (char)('0' + v % 10);
+    ssize_t w = write(STDOUT_FILENO, crash_head, crash_head_len);
+    w = write(STDOUT_FILENO, num + n, sizeof num - n);
+    w = write(STDOUT_FILENO, crash_tail, crash_tail_len);
+    (void)w;
+    _exit(crash_rc);
+}
+
+static size_t msg_len(int n, size_t cap) {
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
 /* Arms the watchdog for one seed; hang_arm(0, ...) with seed 0 and
  * arm false disarms it. A planted bug sought (--expect-find) is found by
  * a hang as by a failure. */
@@ -3781,6 +3878,7 @@ static void hang_arm(bool arm, uint64_t seed, uint64_t plant, bool seeking,
                      const char *argv0) {
     if (!arm) {
         alarm(0);
+        crash_head_len = crash_tail_len = 0;
         return;
     }
     int n;
@@ -3790,7 +3888,26 @@ static void hang_arm(bool arm, uint64_t seed, uint64_t plant, bool seeking,
                      ": no return in %u s of real time\n",
                      plant_name(plant), seed, hang_s);
         hang_rc = 0;
+        crash_head_len = msg_len(snprintf(crash_head, sizeof crash_head,
+                                          "planted %s: found by seed %" PRIu64
+                                          ": crashed (signal ",
+                                          plant_name(plant), seed),
+                                 sizeof crash_head);
+        crash_tail_len = msg_len(snprintf(crash_tail, sizeof crash_tail, ")\n"),
+                                 sizeof crash_tail);
+        crash_rc = 0;
     } else {
+        crash_head_len =
+            msg_len(snprintf(crash_head, sizeof crash_head,
+                             "seed %" PRIu64 " FAILED: crashed (signal ", seed),
+                    sizeof crash_head);
+        crash_tail_len =
+            msg_len(snprintf(crash_tail, sizeof crash_tail,
+                             ")\nreplay: %s --seed %" PRIu64 "%s%s%s\n", argv0,
+                             seed, streams_flag(), plant ? " --plant " : "",
+                             plant ? plant_name(plant) : ""),
+                    sizeof crash_tail);
+        crash_rc = 1;
         n = snprintf(hang_msg, sizeof hang_msg,
                      "seed %" PRIu64 " FAILED: no return in %u s of real "
                      "time (a call that spins, or a wait nothing ends)\n"
@@ -4026,6 +4143,9 @@ int main(int argc, char **argv) {
     uint64_t scan_parts = 0;
     fault_tally faults = {0};
     signal(SIGALRM, hang_alarm); /* the seed watchdog (hang_arm) */
+    static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof fatal / sizeof *fatal; i++)
+        signal(fatal[i], crash_signal); /* the crash report (crash_signal) */
     if (seconds > 0 && !quiet)
         printf("soak: %.0f s of seeds from %" PRIu64 "\n", seconds, first);
     for (uint64_t s = first;; s++) {

@@ -186,10 +186,12 @@ int store_put(store *st, dict_entry **pe, const char *key, size_t klen,
     if (st->plant_int32 && int32_wrap(val, vlen, wrapped, &vlen)) val = wrapped;
     dict_entry *old = *pe;
     bool big = vlen >= KV_BLOB_MIN;
-    /* (a blob a reply still reads is left to it: a new one is made) */
+    /* (a blob a reply still reads is left to it: a new one is made;
+     * KV_PLANT_BLOB_INPLACE writes over it) */
     if (old && store_obj(old)->type == KV_STRING &&
         store_obj(old)->len == vlen &&
-        !(big && kv_blob_shared(store_obj(old)->val))) {
+        !(big && kv_blob_shared(store_obj(old)->val) &&
+          !st->plant_blob_inplace)) {
         /* The same length over a string: in place, no allocation (a
          * benchmark's SET, and many real overwrites). */
         if (planted_unchanged(st, old, val, vlen)) return 0;

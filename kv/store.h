@@ -53,8 +53,9 @@ typedef struct store {
     dict d;            /* the keys */
     store_timed *heap; /* the keys with an expiry, a min-heap by it */
     size_t nheap, heap_cap;
-    bool plant_int32;       /* test only: KV_PLANT_INT32 (repl.h) */
-    bool plant_same_length; /* test only: KV_PLANT_SAME_LENGTH */
+    bool plant_int32;        /* test only: KV_PLANT_INT32 (repl.h) */
+    bool plant_same_length;  /* test only: KV_PLANT_SAME_LENGTH */
+    bool plant_blob_inplace; /* test only: KV_PLANT_BLOB_INPLACE */
 } store;
 
 int store_init(store *st);   /* 0 or -ENOMEM */

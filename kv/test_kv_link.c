@@ -2687,6 +2687,16 @@ TEST(replica_refuses_a_fullresync_offset_that_wraps) {
         refused_offset("+CONTINUE %s\r\n", cont[i]);
 }
 
+/* A +CONTINUE at an offset that is not the replica's (0 here): a primary
+ * that would send the log from there, which the replica would apply at
+ * its own offset, on a keyspace of another offset. Refused as any other
+ * malformed answer. */
+TEST(replica_refuses_a_continue_at_another_offset) {
+    static const char *const cont[] = {"1", "5", "9223372036854775807"};
+    for (size_t i = 0; i < sizeof cont / sizeof *cont; i++)
+        refused_offset("+CONTINUE %s\r\n", cont[i]);
+}
+
 /* A +FULLRESYNC line whose replid is not where Redis writes it, one space
  * after the word: the offset was read from a fixed column, so with no
  * space "...c 15" was taken as offset 5 (and with two, " 5" refused only
