@@ -1219,9 +1219,19 @@ static int late_fires;
 
 static void late_hold(void) {
     late_wake = false;
-    pthread_kill(loop_thread, SIGUSR1);
-    while (!atomic_load(&late_ran))
-        sleep_ms(1);
+    /* The signal is sent again until the loop has run the post: one that
+     * lands after the loop announced its sleep but before it entered the
+     * wait is handled there and ends nothing, and the wait then blocks for
+     * ever with this wake held. The window is a few instructions natively;
+     * under valgrind, whose scheduler runs one thread at a time and hands
+     * a signal to its thread at the next switch, it was hit in 4 of 6
+     * runs. A signal that lands later, in the next run's wait, ends that
+     * wait no more than the late wake does: the run waits again. */
+    while (!atomic_load(&late_ran)) {
+        pthread_kill(loop_thread, SIGUSR1);
+        for (int i = 0; i < 20 && !atomic_load(&late_ran); i++)
+            sleep_ms(1);
+    }
     check_wait_blocked(late_tid, late_loop->backend_fd, &late_loop->sleeping);
 }
 
