@@ -675,7 +675,17 @@ static inline void lull__post_unqueued(lull_loop *loop, lull_task *task) {
     lull__post_owned(loop, task);
 }
 static inline void lull__post(lull_loop *loop, lull_task *task) {
-    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    if (lull__node_queued(&task->node)) {
+        /* Coalesced: runs once, where it is queued. A post naming another
+         * loop would run it there instead, on that loop's thread, with the
+         * caller none the wiser (and, loops on two threads, read links
+         * the other thread writes): a programming error, as libuv's
+         * handles on two loops are. task->loop is the loop a queued task
+         * is on (lull__at_flush writes it too). */
+        LULL_ASSERT(task->loop == loop,
+                    "lull: a task posted to a loop while pending on another");
+        return;
+    }
     lull__post_unqueued(loop, task);
 }
 /* The name given with lull_loop_name, else lull's own name for its own
