@@ -275,8 +275,9 @@ struct lull_task {
     void *data;      /* yours (lull_task_init clears it) */
 };
 
-/* Prepares a task; call again only while it is not pending. -EINVAL for a
- * NULL task or fn. */
+/* Prepares a task; call again only while it is not pending (debug builds
+ * assert when the loop reaches a task set up again while queued). -EINVAL
+ * for a NULL task or fn. */
 LULL_EXTERN int lull_task_init(lull_task *task, lull_task_fn fn);
 /* Queues the task at the tail; a no-op if it is already pending on this
  * loop. Pending on another loop, it must not be posted here until it has
@@ -308,7 +309,8 @@ struct lull_timer {      /* 48 bytes, plus one 16-byte heap slot while armed */
 };
 
 /* Prepares a stopped timer; call again only while it is not armed (stop
- * it first): an armed timer is linked into its loop. -EINVAL for NULL. */
+ * it first): an armed timer is linked into its loop (debug builds assert
+ * when the loop reaches one set up again). -EINVAL for NULL. */
 LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
                                 lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order: timers due at one deadline

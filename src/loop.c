@@ -620,7 +620,7 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
         (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
         LULL_ASSERT(
-            node->prev == &loop->ready,
+            lull__queue_head_ok(&loop->ready, node),
             "lull: ready queue corrupted (a task freed while pending?)");
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);

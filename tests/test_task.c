@@ -524,22 +524,42 @@ TEST(task_posted_remotely_to_two_loops_runs_on_the_first) {
 /* lull_task_init on a pending task (its memory may be anything before its
  * first init, so the init cannot look) clears links the ready queue still
  * follows: debug builds stop when the queue reaches it, before anything
- * runs through them. */
+ * runs through them, wherever it was queued, whether or not it was posted
+ * again, and when the task before it in the batch is the one that set it
+ * up again. A task in the middle used to pass the runner's check (the
+ * unlink of the one before it repairs its back link) and crash on its
+ * NULL forward link, or, posted again, cut the tasks behind it off the
+ * queue: they never ran and stayed pending. */
+enum { REINIT_HEAD, REINIT_MIDDLE, REINIT_REPOSTED, REINIT_BY_A_CALLBACK };
+static item reinit_v[3];
+static void reinit_the_next(lull_task *t) {
+    (void)t;
+    lull_task_init(&reinit_v[1].task, record_task);
+}
+
 static void init_a_pending_task(void *arg) {
-    bool repost = arg != NULL;
+    int how = (int)(intptr_t)arg;
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
-    static item v[2] = {{.id = 1}, {.id = 2}};
-    items_init(v, 2);
-    lull_task_post(loop, &v[0].task);
-    lull_task_post(loop, &v[1].task);
-    lull_task_init(&v[0].task, record_task);
-    if (repost) lull_task_post(loop, &v[0].task); /* twice in the queue */
+    items_init(reinit_v, 3);
+    if (how == REINIT_BY_A_CALLBACK)
+        lull_task_init(&reinit_v[0].task, reinit_the_next);
+    for (int i = 0; i < 3; i++)
+        lull_task_post(loop, &reinit_v[i].task);
+    lull_task *victim = &reinit_v[how == REINIT_HEAD ? 0 : 1].task;
+    if (how != REINIT_BY_A_CALLBACK) lull_task_init(victim, record_task);
+    if (how == REINIT_REPOSTED) lull_task_post(loop, victim);
     lull_loop_settle(loop);
+    /* Not caught: say what became of the tasks. */
+    fprintf(stderr, "runs %d %d %d, pending %d %d %d\n", reinit_v[0].runs,
+            reinit_v[1].runs, reinit_v[2].runs,
+            lull_task_pending(&reinit_v[0].task),
+            lull_task_pending(&reinit_v[1].task),
+            lull_task_pending(&reinit_v[2].task));
 }
 
 TEST(task_init_while_pending_is_caught_in_debug_builds) {
     if (!check_debug_build()) return;
-    for (int repost = 0; repost < 2; repost++)
-        CHECK(check_dies(init_a_pending_task, repost ? (void *)1 : NULL,
+    for (int how = REINIT_HEAD; how <= REINIT_BY_A_CALLBACK; how++)
+        CHECK(check_dies(init_a_pending_task, (void *)(intptr_t)how,
                          "lull: ready queue corrupted"));
 }
