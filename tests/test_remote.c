@@ -1298,3 +1298,35 @@ TEST_THREADED(remote_late_wake_does_not_end_a_run_once_in_epoll) {
 TEST_THREADED(remote_late_wake_does_not_end_a_run_once_on_its_futex) {
     late_wake_in_run_once(false);
 }
+
+/* lull_task_init on a task queued remotely and not yet taken clears the
+ * link the loop's stack of remote posts goes on through: the loop's take
+ * stopped there and dropped every older post with no word, and those
+ * tasks, their links still set, took every later post as coalesced into
+ * one that would never run. Debug builds now stop at the take. */
+static int reinit_runs[3];
+static lull_task reinit_tasks[3];
+static void reinit_ran(lull_task *t) {
+    reinit_runs[t - reinit_tasks]++;
+}
+
+static void init_a_task_queued_remotely(void *arg) {
+    (void)arg;
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    for (int i = 0; i < 3; i++) {
+        lull_task_init(&reinit_tasks[i], reinit_ran);
+        lull_task_post_remote(loop, &reinit_tasks[i]);
+    }
+    lull_task_init(&reinit_tasks[1], reinit_ran);
+    lull_loop_settle(loop);
+    fprintf(stderr, "runs %d %d %d\n", reinit_runs[0], reinit_runs[1],
+            reinit_runs[2]);
+}
+
+TEST(task_init_while_queued_remotely_is_caught_in_debug_builds) {
+    if (!check_debug_build()) return;
+    CHECK(check_dies(init_a_task_queued_remotely, NULL,
+                     "lull: remote posts corrupted"));
+}
