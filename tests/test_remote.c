@@ -1330,3 +1330,69 @@ TEST(task_init_while_queued_remotely_is_caught_in_debug_builds) {
     CHECK(check_dies(init_a_task_queued_remotely, NULL,
                      "lull: remote posts corrupted"));
 }
+
+/* lull_loop_free right after the loop ran the last post of each poster,
+ * with the posters not joined yet: lull.h promises that free waits for a
+ * poster whose post the loop took and that is still inside its
+ * lull_task_post_remote (waking the loop). Each poster posts its own task
+ * again once the loop ran it, so every post is taken and the last one of
+ * each can race the free; run under ThreadSanitizer and ASan, a touch of
+ * the freed loop is reported. */
+#define FREE_RACE_POSTERS 3
+#define FREE_RACE_ROUNDS  2000
+static lull_loop *free_race_loop;
+static lull_task free_race_tasks[FREE_RACE_POSTERS];
+static atomic_int free_race_runs[FREE_RACE_POSTERS];
+static int free_race_total;
+
+static void free_race_ran(lull_task *t) {
+    atomic_fetch_add(&free_race_runs[t - free_race_tasks], 1);
+    if (++free_race_total == FREE_RACE_POSTERS * FREE_RACE_ROUNDS)
+        lull_loop_unref(t->loop);
+}
+
+static void *free_race_poster(void *arg) {
+    int i = (int)(intptr_t)arg;
+    for (int r = 0; r < FREE_RACE_ROUNDS; r++) {
+        lull_task_post_remote(free_race_loop, &free_race_tasks[i]);
+        while (atomic_load(&free_race_runs[i]) == r)
+            sched_yield();
+    }
+    return NULL;
+}
+
+TEST_THREADED(loop_free_after_the_last_posts_ran_waits_for_posters) {
+    for (int watch_fd = 0; watch_fd < 2; watch_fd++) {
+        CHECK_EQ(lull_loop_new(&free_race_loop, NULL), 0);
+        int fds[2];
+        lull_io io;
+        if (watch_fd) { /* the posters wake it through the eventfd */
+            CHECK_EQ(pipe(fds), 0);
+            CHECK_EQ(lull_io_init(free_race_loop, &io, fds[0], never_ready), 0);
+            CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+            lull_io_unref(&io);
+        }
+        free_race_total = 0;
+        pthread_t th[FREE_RACE_POSTERS];
+        for (int i = 0; i < FREE_RACE_POSTERS; i++) {
+            atomic_store(&free_race_runs[i], 0);
+            lull_task_init(&free_race_tasks[i], free_race_ran);
+        }
+        lull_loop_ref(free_race_loop);
+        for (int i = 0; i < FREE_RACE_POSTERS; i++)
+            CHECK_EQ(pthread_create(&th[i], NULL, free_race_poster,
+                                    (void *)(intptr_t)i),
+                     0);
+        CHECK_EQ(lull_loop_run(free_race_loop, LULL_RUN_DEFAULT), 0);
+        if (watch_fd) {
+            lull_io_stop(&io);
+            close(fds[0]);
+            close(fds[1]);
+        }
+        CHECK_EQ(lull_loop_free(free_race_loop), 0); /* posters not joined */
+        for (int i = 0; i < FREE_RACE_POSTERS; i++) {
+            CHECK_EQ(pthread_join(th[i], NULL), 0);
+            CHECK_EQ(atomic_load(&free_race_runs[i]), FREE_RACE_ROUNDS);
+        }
+    }
+}
