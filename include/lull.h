@@ -284,7 +284,8 @@ LULL_EXTERN int lull_task_init(lull_task *task, lull_task_fn fn);
  * run or been cancelled there (debug builds assert; release builds leave
  * it where it is). The task never runs inside this call. No allocation. */
 LULL_EXTERN void lull_task_post(lull_loop *loop, lull_task *task);
-/* Unlinks a pending task: it will not run, even if due in this batch. */
+/* Unlinks a pending task: it will not run, even if due in this batch. On
+ * the thread that owns the loop it is queued on (debug builds assert). */
 LULL_EXTERN void lull_task_cancel(lull_task *task);
 LULL_EXTERN bool lull_task_pending(const lull_task *task);
 

@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct item {
@@ -562,4 +564,33 @@ TEST(task_init_while_pending_is_caught_in_debug_builds) {
     for (int how = REINIT_HEAD; how <= REINIT_BY_A_CALLBACK; how++)
         CHECK(check_dies(init_a_pending_task, (void *)(intptr_t)how,
                          "lull: ready queue corrupted"));
+}
+
+/* lull_task_cancel of a task queued on a loop another thread owns unlinks
+ * it under that loop's runner: debug builds stop it, as every call that
+ * reaches a loop from the wrong thread (the task knows its loop once
+ * queued). A task that is not queued is not looked at. */
+static lull_task cancel_victim;
+static void *cancel_elsewhere(void *arg) {
+    (void)arg;
+    lull_task_cancel(&cancel_victim);
+    return NULL;
+}
+
+static void cancel_from_another_thread(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task_init(&cancel_victim, record_task);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, cancel_elsewhere, NULL), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0); /* not queued: nothing to check */
+    lull_task_post(loop, &cancel_victim);
+    CHECK_EQ(pthread_create(&th, NULL, cancel_elsewhere, NULL), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+}
+
+TEST_THREADED(task_cancel_from_a_thread_not_owning_its_loop_asserts) {
+    if (!check_debug_build()) return;
+    CHECK(check_dies(cancel_from_another_thread, NULL,
+                     "lull: called from a thread that does not own the loop"));
 }
