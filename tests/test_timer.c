@@ -1897,9 +1897,9 @@ static const char *const reinit_message[REINIT_CASES] = {
     "lull: timer heap slot corrupted", "lull: ready queue corrupted",
     "lull: due list corrupted",        "lull: timer heap slot corrupted",
 };
-static lull_timer reinit_v[3];
+static item reinit_v[3];
 static void reinit_the_next(lull_timer *t) {
-    lull_timer_init(t->loop, t + 1, record_timer);
+    lull_timer_init(t->loop, &reinit_v[1].timer, record_timer);
 }
 
 static void reinit_an_armed_timer(void *arg) {
@@ -1907,12 +1907,12 @@ static void reinit_an_armed_timer(void *arg) {
     lull_loop *b = new_loop(LULL_CLOCK_VIRTUAL);
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     for (int i = 0; i < 3; i++) {
-        lull_timer_init(loop, &reinit_v[i],
+        lull_timer_init(loop, &reinit_v[i].timer,
                         how == REINIT_DUE_IN_BATCH ? reinit_the_next
                                                    : record_timer);
-        lull_timer_start(&reinit_v[i], how == REINIT_TURN ? 0 : 10, 0);
+        lull_timer_start(&reinit_v[i].timer, how == REINIT_TURN ? 0 : 10, 0);
     }
-    lull_timer *victim = &reinit_v[1];
+    lull_timer *victim = &reinit_v[1].timer;
     switch (how) {
     case REINIT_IN_HEAP:
     case REINIT_TURN:
