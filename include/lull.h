@@ -275,13 +275,17 @@ struct lull_task {
     void *data;      /* yours (lull_task_init clears it) */
 };
 
-/* Prepares a task; call again only while it is not pending. -EINVAL for a
- * NULL task or fn. */
+/* Prepares a task; call again only while it is not pending (debug builds
+ * assert when the loop reaches a task set up again while queued). -EINVAL
+ * for a NULL task or fn. */
 LULL_EXTERN int lull_task_init(lull_task *task, lull_task_fn fn);
-/* Queues the task at the tail; a no-op if it is already pending. The task
- * never runs inside this call. No allocation. */
+/* Queues the task at the tail; a no-op if it is already pending on this
+ * loop. Pending on another loop, it must not be posted here until it has
+ * run or been cancelled there (debug builds assert; release builds leave
+ * it where it is). The task never runs inside this call. No allocation. */
 LULL_EXTERN void lull_task_post(lull_loop *loop, lull_task *task);
-/* Unlinks a pending task: it will not run, even if due in this batch. */
+/* Unlinks a pending task: it will not run, even if due in this batch. On
+ * the thread that owns the loop it is queued on (debug builds assert). */
 LULL_EXTERN void lull_task_cancel(lull_task *task);
 LULL_EXTERN bool lull_task_pending(const lull_task *task);
 
@@ -306,7 +310,8 @@ struct lull_timer {      /* 48 bytes, plus one 16-byte heap slot while armed */
 };
 
 /* Prepares a stopped timer; call again only while it is not armed (stop
- * it first): an armed timer is linked into its loop. -EINVAL for NULL. */
+ * it first): an armed timer is linked into its loop (debug builds assert
+ * when the loop reaches one set up again). -EINVAL for NULL. */
 LULL_EXTERN int lull_timer_init(lull_loop *loop, lull_timer *timer,
                                 lull_timer_fn fn);
 /* Arms (or re-arms: new deadline, new arm order: timers due at one deadline
@@ -404,7 +409,10 @@ LULL_EXTERN void lull_io_unref(lull_io *io);
 /* ------------------------------------------------------- cross-thread */
 
 /* Thread-safe. Queues the task on the loop from any thread; a no-op while the
- * same task is already queued remotely. One eventfd write per burst. The
+ * same task is already queued remotely (on any loop: it runs on the loop
+ * that post named). Taken by a loop while pending on another loop, it
+ * asserts there in debug builds, as lull_task_post. One eventfd write per
+ * burst. The
  * loop does not touch the task after calling its function. The loop must
  * exist when the call begins; lull_loop_free waits for the call to end. */
 LULL_EXTERN void lull_task_post_remote(lull_loop *loop, lull_task *task);

@@ -338,6 +338,21 @@ struct lull_loop {
 /* queue.h needs the node type only. */
 #include "queue.h"
 
+/* A runner's check of the node n at the head of queue q, before it unlinks
+ * it (debug builds): its back link is q and its successor's back link is
+ * n. A node freed while queued (its memory reused) fails the first, before
+ * its forward link is read; one set up again while queued (lull_task_init,
+ * lull_timer_init clear the links the queue still follows) fails either:
+ * at the head its back link is NULL, one further its predecessor's unlink
+ * sets its back link to q but its forward link is NULL, and one set up and
+ * queued again at the tail has cut the nodes behind it off the queue,
+ * which the link from the node before it says. The successor read is the
+ * one the unlink writes through anyway. */
+static inline bool lull__queue_head_ok(const lull__node *q,
+                                       const lull__node *n) {
+    return n->prev == q && n->next && n->next->prev == n;
+}
+
 /* clock.c */
 uint64_t lull__clock_real(void);
 void lull__slice_renew(lull_loop *loop);
@@ -488,9 +503,9 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
         lull__node *n = q->next;
         /* The walk at iteration boundaries comes too late for a task freed
          * by a callback of this batch: its links are checked against the
-         * queue, without following them, before they are used. */
+         * queue before they are used. */
         LULL_ASSERT(
-            n->prev == q,
+            lull__queue_head_ok(q, n),
             "lull: ready queue corrupted (a task freed while pending?)");
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
@@ -675,7 +690,17 @@ static inline void lull__post_unqueued(lull_loop *loop, lull_task *task) {
     lull__post_owned(loop, task);
 }
 static inline void lull__post(lull_loop *loop, lull_task *task) {
-    if (lull__node_queued(&task->node)) return; /* coalesced: runs once */
+    if (lull__node_queued(&task->node)) {
+        /* Coalesced: runs once, where it is queued. A post naming another
+         * loop would run it there instead, on that loop's thread, with the
+         * caller none the wiser (and, loops on two threads, read links
+         * the other thread writes): a programming error, as libuv's
+         * handles on two loops are. task->loop is the loop a queued task
+         * is on (lull__at_flush writes it too). */
+        LULL_ASSERT(task->loop == loop,
+                    "lull: a task posted to a loop while pending on another");
+        return;
+    }
     lull__post_unqueued(loop, task);
 }
 /* The name given with lull_loop_name, else lull's own name for its own

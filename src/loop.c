@@ -167,8 +167,10 @@ static bool timers_can_fire(lull_loop *loop) {
 
 void lull__at_flush(lull_loop *loop, lull_task *task) {
     LULL_ASSERT_LOOP_THREAD(loop);
-    if (!lull__node_queued(&task->node))
+    if (!lull__node_queued(&task->node)) {
+        task->loop = loop; /* the loop it is queued on, as a post's */
         lull__queue_push(&loop->flush, &task->node);
+    }
 }
 
 /* Runs the flush tasks queued before this flush point, each once. One
@@ -618,7 +620,7 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
         (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
         LULL_ASSERT(
-            node->prev == &loop->ready,
+            lull__queue_head_ok(&loop->ready, node),
             "lull: ready queue corrupted (a task freed while pending?)");
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);

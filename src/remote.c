@@ -205,6 +205,14 @@ void lull__remote_drain(lull_loop *loop) {
          * no poster claims the task during the reversal. */
         lull_task *older =
             __atomic_exchange_n(&stack->remote_next, fifo, __ATOMIC_ACQUIRE);
+        /* Every link on the stack is an older post or END. NULL is one
+         * that lull_task_init (or a free) cleared while the task was
+         * queued here: the posts older than it would be dropped without a
+         * word, and, their links still set, take every later post of
+         * theirs as coalesced into one that never runs. */
+        LULL_ASSERT(older != NULL,
+                    "lull: remote posts corrupted (a task set up again or "
+                    "freed while queued remotely?)");
         fifo = stack;
         stack = older;
     }

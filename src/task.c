@@ -42,6 +42,9 @@ void lull_task_post(lull_loop *loop, lull_task *task) {
 
 void lull_task_cancel(lull_task *task) {
     if (!task || !lull__node_queued(&task->node)) return;
+    /* A queued task knows its loop (a post, or lull__at_flush, wrote it):
+     * an unlink from another thread races that loop's runner. */
+    LULL_ASSERT_LOOP_THREAD(task->loop);
     lull__queue_remove(&task->node);
     task->node.aux = 0; /* a wait sample dies with the post */
 }

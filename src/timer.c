@@ -536,7 +536,7 @@ void lull__timers_run_due(lull_loop *loop) {
     due_loop = loop;
     while (q->next != q) {
         lull__node *n = q->next;
-        LULL_ASSERT(n->prev == q,
+        LULL_ASSERT(lull__queue_head_ok(q, n),
                     "lull: due list corrupted (a timer freed while armed?)");
         lull__queue_remove(n);
         lull_timer *t = (lull_timer *)n;

@@ -1219,9 +1219,19 @@ static int late_fires;
 
 static void late_hold(void) {
     late_wake = false;
-    pthread_kill(loop_thread, SIGUSR1);
-    while (!atomic_load(&late_ran))
-        sleep_ms(1);
+    /* The signal is sent again until the loop has run the post: one that
+     * lands after the loop announced its sleep but before it entered the
+     * wait is handled there and ends nothing, and the wait then blocks for
+     * ever with this wake held. The window is a few instructions natively;
+     * under valgrind, whose scheduler runs one thread at a time and hands
+     * a signal to its thread at the next switch, it was hit in 4 of 6
+     * runs. A signal that lands later, in the next run's wait, ends that
+     * wait no more than the late wake does: the run waits again. */
+    while (!atomic_load(&late_ran)) {
+        pthread_kill(loop_thread, SIGUSR1);
+        for (int i = 0; i < 20 && !atomic_load(&late_ran); i++)
+            sleep_ms(1);
+    }
     check_wait_blocked(late_tid, late_loop->backend_fd, &late_loop->sleeping);
 }
 
@@ -1287,4 +1297,102 @@ TEST_THREADED(remote_late_wake_does_not_end_a_run_once_in_epoll) {
 
 TEST_THREADED(remote_late_wake_does_not_end_a_run_once_on_its_futex) {
     late_wake_in_run_once(false);
+}
+
+/* lull_task_init on a task queued remotely and not yet taken clears the
+ * link the loop's stack of remote posts goes on through: the loop's take
+ * stopped there and dropped every older post with no word, and those
+ * tasks, their links still set, took every later post as coalesced into
+ * one that would never run. Debug builds now stop at the take. */
+static int reinit_runs[3];
+static lull_task reinit_tasks[3];
+static void reinit_ran(lull_task *t) {
+    reinit_runs[t - reinit_tasks]++;
+}
+
+static void init_a_task_queued_remotely(void *arg) {
+    (void)arg;
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    for (int i = 0; i < 3; i++) {
+        lull_task_init(&reinit_tasks[i], reinit_ran);
+        lull_task_post_remote(loop, &reinit_tasks[i]);
+    }
+    lull_task_init(&reinit_tasks[1], reinit_ran);
+    lull_loop_settle(loop);
+    fprintf(stderr, "runs %d %d %d\n", reinit_runs[0], reinit_runs[1],
+            reinit_runs[2]);
+}
+
+TEST(task_init_while_queued_remotely_is_caught_in_debug_builds) {
+    if (!check_debug_build()) return;
+    CHECK(check_dies(init_a_task_queued_remotely, NULL,
+                     "lull: remote posts corrupted"));
+}
+
+/* lull_loop_free right after the loop ran the last post of each poster,
+ * with the posters not joined yet: lull.h promises that free waits for a
+ * poster whose post the loop took and that is still inside its
+ * lull_task_post_remote (waking the loop). Each poster posts its own task
+ * again once the loop ran it, so every post is taken and the last one of
+ * each can race the free; run under ThreadSanitizer and ASan, a touch of
+ * the freed loop is reported. */
+#define FREE_RACE_POSTERS 3
+#define FREE_RACE_ROUNDS  2000
+static lull_loop *free_race_loop;
+static lull_task free_race_tasks[FREE_RACE_POSTERS];
+static atomic_int free_race_runs[FREE_RACE_POSTERS];
+static int free_race_total;
+
+static void free_race_ran(lull_task *t) {
+    atomic_fetch_add(&free_race_runs[t - free_race_tasks], 1);
+    if (++free_race_total == FREE_RACE_POSTERS * FREE_RACE_ROUNDS)
+        lull_loop_unref(t->loop);
+}
+
+static void *free_race_poster(void *arg) {
+    int i = (int)(intptr_t)arg;
+    for (int r = 0; r < FREE_RACE_ROUNDS; r++) {
+        lull_task_post_remote(free_race_loop, &free_race_tasks[i]);
+        while (atomic_load(&free_race_runs[i]) == r)
+            sched_yield();
+    }
+    return NULL;
+}
+
+TEST_THREADED(loop_free_after_the_last_posts_ran_waits_for_posters) {
+    for (int watch_fd = 0; watch_fd < 2; watch_fd++) {
+        CHECK_EQ(lull_loop_new(&free_race_loop, NULL), 0);
+        int fds[2];
+        lull_io io;
+        if (watch_fd) { /* the posters wake it through the eventfd */
+            CHECK_EQ(pipe(fds), 0);
+            CHECK_EQ(lull_io_init(free_race_loop, &io, fds[0], never_ready), 0);
+            CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+            lull_io_unref(&io);
+        }
+        free_race_total = 0;
+        pthread_t th[FREE_RACE_POSTERS];
+        for (int i = 0; i < FREE_RACE_POSTERS; i++) {
+            atomic_store(&free_race_runs[i], 0);
+            lull_task_init(&free_race_tasks[i], free_race_ran);
+        }
+        lull_loop_ref(free_race_loop);
+        for (int i = 0; i < FREE_RACE_POSTERS; i++)
+            CHECK_EQ(pthread_create(&th[i], NULL, free_race_poster,
+                                    (void *)(intptr_t)i),
+                     0);
+        CHECK_EQ(lull_loop_run(free_race_loop, LULL_RUN_DEFAULT), 0);
+        if (watch_fd) {
+            lull_io_stop(&io);
+            close(fds[0]);
+            close(fds[1]);
+        }
+        CHECK_EQ(lull_loop_free(free_race_loop), 0); /* posters not joined */
+        for (int i = 0; i < FREE_RACE_POSTERS; i++) {
+            CHECK_EQ(pthread_join(th[i], NULL), 0);
+            CHECK_EQ(atomic_load(&free_race_runs[i]), FREE_RACE_ROUNDS);
+        }
+    }
 }

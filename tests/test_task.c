@@ -4,6 +4,8 @@
 
 #include <errno.h>
 #include <lull.h>
+#include <pthread.h>
+#include <stdint.h>
 #include <string.h>
 
 typedef struct item {
@@ -344,8 +346,12 @@ TEST(task_knows_its_loop) {
     hops_left = 1;
     lull_task_post(b, &t);
     CHECK(t.loop == b);
-    lull_task_post(a, &t); /* pending on b: coalesced, still b's */
-    CHECK(t.loop == b);
+    if (!check_debug_build()) {
+        /* Pending on b: coalesced, still b's (debug builds stop here:
+         * task_posted_to_a_second_loop_while_pending_asserts). */
+        lull_task_post(a, &t);
+        CHECK(t.loop == b);
+    }
     CHECK_EQ(lull_loop_settle(a), 0);
     CHECK_EQ(lull_loop_settle(b), 1);
     CHECK(seen_loop == b);
@@ -436,4 +442,155 @@ TEST(task_freed_while_pending_is_caught_in_debug_builds) {
     CHECK(check_dies(free_a_pending_task, NULL,
                      "lull: ready queue corrupted (a task freed while "
                      "pending?)"));
+}
+
+/* A task pending on one loop, posted to another: it ran on the first, once,
+ * where the caller asked for the second, and nothing said so (with the
+ * loops on two threads the post also read links the other thread writes).
+ * A programming error, as a libuv handle used on two loops is: debug
+ * builds stop at the post, or, for a remote post, when the second loop
+ * takes it. Release builds coalesce it into the pending post. */
+static void post_to_a_second_loop(void *arg) {
+    bool remote = arg != NULL;
+    lull_loop *a = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *b = new_loop(LULL_CLOCK_VIRTUAL);
+    static item it = {.id = 1};
+    CHECK_EQ(lull_task_init(&it.task, record_task), 0);
+    lull_task_post(a, &it.task);
+    if (remote)
+        lull_task_post_remote(b, &it.task);
+    else
+        lull_task_post(b, &it.task);
+    CHECK_EQ(lull_loop_settle(b), 0);
+    CHECK(it.task.loop == a);
+    CHECK_EQ(lull_loop_settle(a), 1);
+    CHECK_EQ(it.runs, 1);
+    CHECK_EQ(lull_loop_free(a), 0);
+    CHECK_EQ(lull_loop_free(b), 0);
+}
+
+TEST(task_posted_to_a_second_loop_while_pending_asserts) {
+    for (int remote = 0; remote < 2; remote++) {
+        void *arg = remote ? (void *)1 : NULL;
+        if (check_debug_build())
+            CHECK(check_dies(post_to_a_second_loop, arg,
+                             "lull: a task posted to a loop while pending "
+                             "on another"));
+        else
+            CHECK(check_exits_cleanly(post_to_a_second_loop, arg));
+    }
+}
+
+/* The same once the loop that has it queued took it: posted to a after it
+ * ran on b, it runs on a. */
+TEST(task_posted_to_a_second_loop_after_it_ran) {
+    lull_loop *a = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *b = new_loop(LULL_CLOCK_VIRTUAL);
+    item it = {.id = 1};
+    CHECK_EQ(lull_task_init(&it.task, record_task), 0);
+    lull_task_post(b, &it.task);
+    CHECK_EQ(lull_loop_settle(b), 1);
+    lull_task_post(a, &it.task);
+    CHECK(it.task.loop == a);
+    CHECK_EQ(lull_loop_settle(b), 0);
+    CHECK_EQ(lull_loop_settle(a), 1);
+    lull_task_post(b, &it.task);
+    lull_task_cancel(&it.task); /* cancelled: free for another loop */
+    lull_task_post(a, &it.task);
+    CHECK_EQ(lull_loop_settle(b), 0);
+    CHECK_EQ(lull_loop_settle(a), 1);
+    CHECK_EQ(it.runs, 3);
+    CHECK_EQ(lull_loop_free(a), 0);
+    CHECK_EQ(lull_loop_free(b), 0);
+}
+
+/* Posted remotely to a second loop while the first has not taken its
+ * remote post yet: the poster cannot tell which loop the queued post is
+ * for (that would cost every remote post a store), so it is coalesced
+ * into the first one, in every build, as lull.h says. */
+TEST(task_posted_remotely_to_two_loops_runs_on_the_first) {
+    lull_loop *a = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *b = new_loop(LULL_CLOCK_VIRTUAL);
+    item it = {.id = 1};
+    CHECK_EQ(lull_task_init(&it.task, record_task), 0);
+    lull_task_post_remote(a, &it.task);
+    lull_task_post_remote(b, &it.task);
+    CHECK_EQ(lull_loop_settle(b), 0);
+    CHECK_EQ(lull_loop_settle(a), 1);
+    CHECK_EQ(it.runs, 1);
+    CHECK(it.task.loop == a);
+    CHECK_EQ(lull_loop_free(a), 0);
+    CHECK_EQ(lull_loop_free(b), 0);
+}
+
+/* lull_task_init on a pending task (its memory may be anything before its
+ * first init, so the init cannot look) clears links the ready queue still
+ * follows: debug builds stop when the queue reaches it, before anything
+ * runs through them, wherever it was queued, whether or not it was posted
+ * again, and when the task before it in the batch is the one that set it
+ * up again. A task in the middle used to pass the runner's check (the
+ * unlink of the one before it repairs its back link) and crash on its
+ * NULL forward link, or, posted again, cut the tasks behind it off the
+ * queue: they never ran and stayed pending. */
+enum { REINIT_HEAD, REINIT_MIDDLE, REINIT_REPOSTED, REINIT_BY_A_CALLBACK };
+static item reinit_v[3];
+static void reinit_the_next(lull_task *t) {
+    (void)t;
+    lull_task_init(&reinit_v[1].task, record_task);
+}
+
+static void init_a_pending_task(void *arg) {
+    int how = (int)(intptr_t)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    items_init(reinit_v, 3);
+    if (how == REINIT_BY_A_CALLBACK)
+        lull_task_init(&reinit_v[0].task, reinit_the_next);
+    for (int i = 0; i < 3; i++)
+        lull_task_post(loop, &reinit_v[i].task);
+    lull_task *victim = &reinit_v[how == REINIT_HEAD ? 0 : 1].task;
+    if (how != REINIT_BY_A_CALLBACK) lull_task_init(victim, record_task);
+    if (how == REINIT_REPOSTED) lull_task_post(loop, victim);
+    lull_loop_settle(loop);
+    /* Not caught: say what became of the tasks. */
+    fprintf(stderr, "runs %d %d %d, pending %d %d %d\n", reinit_v[0].runs,
+            reinit_v[1].runs, reinit_v[2].runs,
+            lull_task_pending(&reinit_v[0].task),
+            lull_task_pending(&reinit_v[1].task),
+            lull_task_pending(&reinit_v[2].task));
+}
+
+TEST(task_init_while_pending_is_caught_in_debug_builds) {
+    if (!check_debug_build()) return;
+    for (int how = REINIT_HEAD; how <= REINIT_BY_A_CALLBACK; how++)
+        CHECK(check_dies(init_a_pending_task, (void *)(intptr_t)how,
+                         "lull: ready queue corrupted"));
+}
+
+/* lull_task_cancel of a task queued on a loop another thread owns unlinks
+ * it under that loop's runner: debug builds stop it, as every call that
+ * reaches a loop from the wrong thread (the task knows its loop once
+ * queued). A task that is not queued is not looked at. */
+static lull_task cancel_victim;
+static void *cancel_elsewhere(void *arg) {
+    (void)arg;
+    lull_task_cancel(&cancel_victim);
+    return NULL;
+}
+
+static void cancel_from_another_thread(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_task_init(&cancel_victim, record_task);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, cancel_elsewhere, NULL), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0); /* not queued: nothing to check */
+    lull_task_post(loop, &cancel_victim);
+    CHECK_EQ(pthread_create(&th, NULL, cancel_elsewhere, NULL), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+}
+
+TEST_THREADED(task_cancel_from_a_thread_not_owning_its_loop_asserts) {
+    if (!check_debug_build()) return;
+    CHECK(check_dies(cancel_from_another_thread, NULL,
+                     "lull: called from a thread that does not own the loop"));
 }

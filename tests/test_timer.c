@@ -1875,3 +1875,69 @@ TEST(repeat_seen_exactly_one_period_late_stays_armed) {
     fake_clock.on = false;
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* lull_timer_init on an armed timer (its memory may be anything before its
+ * first init, so the init cannot look) clears the heap position and links
+ * its loop still holds: debug builds stop before the loop follows them,
+ * wherever the timer was (in the heap, its restart on the same loop or on
+ * another one; queued as a zero-delay turn; due in the batch running, re-
+ * initialised by the callback before it); lull_loop_free meanwhile says
+ * -EBUSY and leaves the loop as it was. Release builds do not check. */
+enum {
+    REINIT_IN_HEAP,
+    REINIT_AND_RESTART,
+    REINIT_ON_ANOTHER_LOOP,
+    REINIT_TURN,
+    REINIT_DUE_IN_BATCH,
+    REINIT_THEN_FREE,
+    REINIT_CASES
+};
+static const char *const reinit_message[REINIT_CASES] = {
+    "lull: timer heap slot corrupted", "lull: timer heap slot corrupted",
+    "lull: timer heap slot corrupted", "lull: ready queue corrupted",
+    "lull: due list corrupted",        "lull: timer heap slot corrupted",
+};
+static item reinit_v[3];
+static void reinit_the_next(lull_timer *t) {
+    lull_timer_init(t->loop, &reinit_v[1].timer, record_timer);
+}
+
+static void reinit_an_armed_timer(void *arg) {
+    int how = (int)(intptr_t)arg;
+    lull_loop *b = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    for (int i = 0; i < 3; i++) {
+        lull_timer_init(loop, &reinit_v[i].timer,
+                        how == REINIT_DUE_IN_BATCH ? reinit_the_next
+                                                   : record_timer);
+        lull_timer_start(&reinit_v[i].timer, how == REINIT_TURN ? 0 : 10, 0);
+    }
+    lull_timer *victim = &reinit_v[1].timer;
+    switch (how) {
+    case REINIT_IN_HEAP:
+    case REINIT_TURN:
+        lull_timer_init(loop, victim, record_timer);
+        break;
+    case REINIT_AND_RESTART:
+        lull_timer_init(loop, victim, record_timer);
+        lull_timer_start(victim, 20, 0);
+        break;
+    case REINIT_ON_ANOTHER_LOOP:
+        lull_timer_init(b, victim, record_timer);
+        lull_timer_start(victim, 20, 0);
+        lull_loop_advance(b, 100);
+        break;
+    case REINIT_THEN_FREE:
+        lull_timer_init(loop, victim, record_timer);
+        CHECK_EQ(lull_loop_free(loop), -EBUSY); /* armed: kept, unchanged */
+        break;
+    }
+    lull_loop_advance(loop, 100);
+}
+
+TEST(timer_init_while_armed_is_caught_in_debug_builds) {
+    if (!check_debug_build()) return;
+    for (int how = 0; how < REINIT_CASES; how++)
+        CHECK(check_dies(reinit_an_armed_timer, (void *)(intptr_t)how,
+                         reinit_message[how]));
+}
