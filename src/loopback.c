@@ -160,25 +160,47 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
     lull_endpoint_close(&lb->ep, 0);
 }
 
-/* The release of a frame whose delivery took its sender's count below the
- * high-water mark, then the sender's drain: after the release, so the drain
- * may re-send this very frame. Out of line, so that the frame path keeps
- * no register for the crossing. Inside a delivery on loop, whose callbacks
- * may close its end (`delivering` is NULL then: the end is not touched at
- * all); the end is found from `delivering`, its turn (`timer`: which one),
- * so that the delivery keeps no pointer to it for this call (one it would
- * spill to the stack on every frame). The release may also close the
- * sender (then `peer`, read again, is NULL). */
-__attribute__((noinline)) static void
-release_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
-    lull__frame_release(f);
+/* A delivery's end, its callbacks done: claims the next turn of the end
+ * if a frame or the peer's close waits, unless a callback closed it. The
+ * end is found from the loop's `delivering`, its turn (`timer`: which one),
+ * so that the delivery keeps no pointer to it across the callbacks. */
+static inline void after_delivery(lull_loop *loop, bool timer) {
     void *turn = loop->delivering;
-    if (!turn) return;
+    if (!turn) return; /* a callback closed this end */
+    /* Open here (a close of this end cleared `delivering`; left set, it
+     * means nothing once this returns). */
     lull_loopback *lb =
         timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
               : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
-    lull_loopback *sender = lb->peer;
-    if (sender) lull__endpoint_drain(&sender->ep);
+    LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
+                "lull: a closed loopback end past its delivery");
+    if (lb->head || LULL_UNLIKELY(lb->close_pending || lb->eof))
+        claim_turn(lb, timer);
+}
+
+/* The delivery of a frame that took its sender's count below the
+ * high-water mark: the frame callback, the release, then the sender's
+ * drain: after the release, so the drain may re-send this very frame. Out
+ * of line, so that the frame path keeps nothing across its callbacks for
+ * the crossing. The end is found from `delivering` (a callback may close
+ * it: NULL then, and the end is not touched at all); the release may also
+ * close the sender (then `peer`, read again, is NULL). */
+__attribute__((noinline)) static void
+deliver_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
+    void *turn = loop->delivering;
+    lull_loopback *lb =
+        timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
+              : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
+    if (lb->ep.on_frame) lb->ep.on_frame(&lb->ep, f->bytes, f->len);
+    lull__frame_release(f);
+    turn = loop->delivering;
+    if (turn) {
+        lb = timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
+                   : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
+        lull_loopback *sender = lb->peer;
+        if (sender) lull__endpoint_drain(&sender->ep);
+    }
+    after_delivery(loop, timer);
 }
 
 /* One turn: the oldest frame, or the peer's close once no frame is left.
@@ -204,7 +226,7 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * callback, `peer` needs no check that lb is still open. An open
      * sender counts this frame: only a close, which clears `peer`, zeroes
      * its count. The drain, when the count crossed below the high-water
-     * mark, runs after the release (release_then_drain). */
+     * mark, runs after the release (deliver_then_drain). */
     lull_loopback *sender = lb->peer;
     bool drain = LULL_LIKELY(sender != NULL) &&
                  LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
@@ -213,27 +235,24 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * `delivering`, and then lb is not touched again. f is off the inbox,
      * its own. Turns do not nest (lull_loop_run and lull_loop_settle
      * refuse to run inside a callback), so one slot per loop serves, and
-     * the loop outlives them (lull_loop_free refuses a running loop); it
-     * costs the frame path two stores fewer than a flag of its own on the
-     * stack would, and no stack frame. Its value is the turn's own handle
-     * (close_end compares it with both), the pointer the delivery was
-     * called with: lb itself would keep a second saved register. */
+     * the loop outlives them (lull_loop_free refuses a running loop). Its
+     * value is the turn's own handle (close_end compares it with both),
+     * and the frame waits in a slot of its own (`delivering_frame`):
+     * after the callbacks the delivery finds the end and the frame again
+     * from the loop, the one pointer it keeps across them, so that the
+     * frame path saves and restores one register instead of three (the
+     * end, the frame and the loop). */
     lull_loop *loop = lb->loop;
     loop->delivering = timer ? (void *)&lb->timer : (void *)&lb->task;
+    if (LULL_UNLIKELY(drain)) {
+        deliver_then_drain(loop, f, timer);
+        return;
+    }
+    loop->delivering_frame = f;
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
         lb->ep.on_frame(&lb->ep, f->bytes, f->len);
-    if (LULL_UNLIKELY(drain))
-        release_then_drain(loop, f, timer);
-    else
-        lull__frame_release(f);
-    if (!loop->delivering) return; /* a callback closed this end */
-    /* Open here (a close of this end cleared `delivering`; left set, it
-     * means nothing once this returns): claim the next turn if
-     * a frame or the peer's close waits. */
-    LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
-                "lull: a closed loopback end past its delivery");
-    if (lb->head || LULL_UNLIKELY(lb->close_pending || lb->eof))
-        claim_turn(lb, timer);
+    lull__frame_release(loop->delivering_frame);
+    after_delivery(loop, timer);
 }
 
 static void deliver_task(lull_task *t) {
