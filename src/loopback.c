@@ -32,12 +32,13 @@
  * not even the peer's close, and claims no next one; the inbox grows and
  * the sender's queued with it, so its lull_endpoint_writable falls at the
  * high-water mark, as a paused stream's peer fills the socket. A resume
- * claims the turn again. A close of the paused end un-pauses it: its own
- * close callback is owed. Shut down (lull_endpoint_shutdown): sends are
- * refused at once; the peer is marked `eof` and, once it has delivered
- * every frame this end sent, closes itself with reason 0, as a stream
- * without an on_end does at EOF; this end reads on until that close
- * reaches it.
+ * claims the turn again. The pause is told by the turn's callback, which
+ * set_paused swaps, not by a test on every frame. A close of the paused end
+ * un-pauses it: its own close callback is owed. Shut down
+ * (lull_endpoint_shutdown): sends are refused at once; the peer is marked `eof`
+ * and, once it has delivered every frame this end sent, closes itself with
+ * reason 0, as a stream without an on_end does at EOF; this end reads on until
+ * that close reaches it.
  *
  * Invariants: an end with a non-empty inbox, a pending close or `eof` has
  * its delivery turn claimed, except while that turn runs, while it is
@@ -207,13 +208,11 @@ deliver_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
  * The inbox's tail is only read while head is set, so taking the last
  * frame leaves it stale rather than spending a store on it. */
 static inline void deliver(lull_loopback *lb, bool timer) {
+    /* Not paused: a paused end's turn runs deliver_paused (set_paused). */
+    LULL_ASSERT(!lb->paused, "lull: a paused loopback end's frame turn");
     lull_frame *f = lb->head;
-    if (LULL_UNLIKELY(!f || lb->paused)) {
-        /* A pause holds back what the peer sent, its close included, but
-         * not this end's own close after a send past max_queued (its inbox
-         * is empty then): that close callback is owed whatever the owner
-         * did after the refusal. */
-        if (!lb->paused || lb->failing) deliver_end(lb);
+    if (LULL_UNLIKELY(!f)) {
+        deliver_end(lb);
         return;
     }
     lb->head = f->next;
@@ -267,6 +266,38 @@ static void deliver_timer(lull_timer *t) {
 LULL__OWN_NAME(deliver_timer, "lull_loopback delivery timer", lull_loopback,
                timer);
 
+/* The turn of a paused end. A pause holds back what the peer sent, its
+ * close included, but not this end's own close after a send past
+ * max_queued (its inbox is empty then): that close callback is owed
+ * whatever the owner did after the refusal. */
+static void deliver_paused(lull_loopback *lb) {
+    LULL_ASSERT(lb->paused, "lull: an unpaused loopback end's paused turn");
+    if (lb->failing) deliver_end(lb);
+}
+
+static void deliver_task_paused(lull_task *t) {
+    deliver_paused(LULL_CONTAINER_OF(t, lull_loopback, task));
+}
+LULL__OWN_NAME(deliver_task_paused, "lull_loopback delivery task",
+               lull_loopback, task);
+
+static void deliver_timer_paused(lull_timer *t) {
+    deliver_paused(LULL_CONTAINER_OF(t, lull_loopback, timer));
+}
+LULL__OWN_NAME(deliver_timer_paused, "lull_loopback delivery timer",
+               lull_loopback, timer);
+
+/* Pauses or resumes the end's deliveries. Its turn's callback says which:
+ * a paused end's runs deliver_paused, so the frame path, whichever turn
+ * claimed it and whenever the pause came (inside a frame callback too,
+ * the next turn claimed after it), never tests the pause. Only here and
+ * in end_init (not paused) is `paused` written. */
+static void set_paused(lull_loopback *lb, bool paused) {
+    lb->paused = paused;
+    lb->task.node.fn.task = paused ? deliver_task_paused : deliver_task;
+    lb->timer.node.fn.timer = paused ? deliver_timer_paused : deliver_timer;
+}
+
 /* lull_endpoint_send runs lull__loopback_send itself; these entries serve
  * any other caller of the ops. */
 static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
@@ -310,7 +341,7 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     lull_timer_stop(&a->timer);
     a->close_pending = false;
     a->failing = false;
-    a->paused = false; /* its close callback is owed */
+    set_paused(a, false); /* its close callback is owed */
     a->eof = false;
     lull_frame *inbox = a->head;
     if (inbox) {
@@ -375,7 +406,7 @@ static bool forgotten(const lull_loopback *lb) {
 static lull_frame *close_forgotten(lull_loopback *a) {
     lull_frame *inbox = a->head;
     a->head = a->tail = NULL;
-    a->paused = false;
+    set_paused(a, false);
     return inbox;
 }
 
@@ -426,7 +457,7 @@ int lull__loopback_read(lull_endpoint *ep, bool on) {
     if (lb->paused != on) return 0;      /* already so */
     if (forgotten(lb)) return -ENOTCONN; /* its loop is gone */
     LULL_ASSERT_LOOP_THREAD(lb->loop);
-    lb->paused = !on;
+    set_paused(lb, !on);
     /* Resumed: what waited arrives in a later turn, never inside this. */
     if (on && (lb->head || lb->close_pending || lb->eof))
         claim_turn(lb, lb->deliver == LULL_DELIVER_TIMER);

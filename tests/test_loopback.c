@@ -2144,6 +2144,39 @@ TEST(ends_paired_again_send_by_their_new_options) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* An end closed while paused (frames held back, its turn claimed) is not
+ * paused once paired again: both deliveries, its frames arrive, and a
+ * pause and a resume then hold them back and let them through again. */
+TEST(end_closed_while_paused_delivers_when_paired_again) {
+    for (int mode = 0; mode < 2; mode++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+        lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                   : LULL_DELIVER_TASK};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1); /* the turn, holding it back */
+        CHECK_EQ(b.frames, 0);
+        close_both(&a, &b);
+        check_trace_reset();
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(b.frames, 1);
+        CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+        CHECK_EQ(send_id(&a, 3), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(b.frames, 1);
+        CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(b.frames, 2);
+        CHECK_TRACE(2002, 2003);
+        close_both(&a, &b);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
 TEST(pair_of_a_live_end_is_busy) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     lull_loop *other = NULL;
