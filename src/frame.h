@@ -45,6 +45,14 @@ int lull__loopback_shutdown(lull_endpoint *ep);
  * included: counted by payload alone, a flood of them never turned the
  * endpoint unwritable nor reached max_queued while the queue grew. */
 #define LULL__EP_FRAMED 0x8u
+/* A loopback end that delivers by task (lull__loopback_task_ops), or by
+ * timer (lull__loopback_timer_ops). Alone in `flags`, such a bit says the
+ * end is open, its peer open, and unbounded (a close or a bound adds a
+ * bit, and a loopback end is never framed): lull_endpoint_send tells its
+ * two loopback paths by one compare each, the transport and the absence
+ * of any refusal or bound at once. */
+#define LULL__EP_LOOPBACK_TASK  0x10u
+#define LULL__EP_LOOPBACK_TIMER 0x20u
 
 /* Sets up the shared half of an endpoint: no callbacks, nothing queued,
  * `data` left as it was. Zero limits take the defaults (max_queued: none). */

@@ -275,6 +275,12 @@ struct lull_loop {
      * that a program that never pairs does not link src/loopback.c (and,
      * through the frame interface, TLS) for lull_loop_free's sake. */
     void (*loopbacks_forget)(lull_loop *loop);
+    /* The frame a loopback delivery hands over, from its frame callback
+     * to its release: the delivery keeps it here rather than in a saved
+     * register (src/loopback.c). Not next to `delivering`, which the
+     * delivery stores at the same time: the compiler made the two stores
+     * one vector store, four instructions instead of two. */
+    lull_frame *delivering_frame;
     lull__registry udps; /* udp handles set up here and not yet the
                             caller's again (src/udp.c) */
     lull__registry sims; /* simulated connection ends not yet done and

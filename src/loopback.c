@@ -32,12 +32,13 @@
  * not even the peer's close, and claims no next one; the inbox grows and
  * the sender's queued with it, so its lull_endpoint_writable falls at the
  * high-water mark, as a paused stream's peer fills the socket. A resume
- * claims the turn again. A close of the paused end un-pauses it: its own
- * close callback is owed. Shut down (lull_endpoint_shutdown): sends are
- * refused at once; the peer is marked `eof` and, once it has delivered
- * every frame this end sent, closes itself with reason 0, as a stream
- * without an on_end does at EOF; this end reads on until that close
- * reaches it.
+ * claims the turn again. The pause is told by the turn's callback, which
+ * set_paused swaps, not by a test on every frame. A close of the paused end
+ * un-pauses it: its own close callback is owed. Shut down
+ * (lull_endpoint_shutdown): sends are refused at once; the peer is marked `eof`
+ * and, once it has delivered every frame this end sent, closes itself with
+ * reason 0, as a stream without an on_end does at EOF; this end reads on until
+ * that close reaches it.
  *
  * Invariants: an end with a non-empty inbox, a pending close or `eof` has
  * its delivery turn claimed, except while that turn runs, while it is
@@ -160,38 +161,58 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
     lull_endpoint_close(&lb->ep, 0);
 }
 
-/* The release of a frame whose delivery took its sender's count below the
- * high-water mark, then the sender's drain: after the release, so the drain
- * may re-send this very frame. Out of line, so that the frame path keeps
- * no register for the crossing. Inside a delivery on loop, whose callbacks
- * may close its end (`delivering` is NULL then: the end is not touched at
- * all); the end is found from `delivering`, its turn (`timer`: which one),
- * so that the delivery keeps no pointer to it for this call (one it would
- * spill to the stack on every frame). The release may also close the
- * sender (then `peer`, read again, is NULL). */
-__attribute__((noinline)) static void
-release_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
-    lull__frame_release(f);
+/* A delivery's end, its callbacks done: claims the next turn of the end
+ * if a frame or the peer's close waits, unless a callback closed it. The
+ * end is found from the loop's `delivering`, its turn (`timer`: which one),
+ * so that the delivery keeps no pointer to it across the callbacks. */
+static inline void after_delivery(lull_loop *loop, bool timer) {
     void *turn = loop->delivering;
-    if (!turn) return;
+    if (!turn) return; /* a callback closed this end */
+    /* Open here (a close of this end cleared `delivering`; left set, it
+     * means nothing once this returns). */
     lull_loopback *lb =
         timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
               : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
-    lull_loopback *sender = lb->peer;
-    if (sender) lull__endpoint_drain(&sender->ep);
+    LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
+                "lull: a closed loopback end past its delivery");
+    if (lb->head || LULL_UNLIKELY(lb->close_pending || lb->eof))
+        claim_turn(lb, timer);
+}
+
+/* The delivery of a frame that took its sender's count below the
+ * high-water mark: the frame callback, the release, then the sender's
+ * drain: after the release, so the drain may re-send this very frame. Out
+ * of line, so that the frame path keeps nothing across its callbacks for
+ * the crossing. The end is found from `delivering` (a callback may close
+ * it: NULL then, and the end is not touched at all); the release may also
+ * close the sender (then `peer`, read again, is NULL). */
+__attribute__((noinline)) static void
+deliver_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
+    void *turn = loop->delivering;
+    lull_loopback *lb =
+        timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
+              : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
+    if (lb->ep.on_frame) lb->ep.on_frame(&lb->ep, f->bytes, f->len);
+    lull__frame_release(f);
+    turn = loop->delivering;
+    if (turn) {
+        lb = timer ? LULL_CONTAINER_OF((lull_timer *)turn, lull_loopback, timer)
+                   : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
+        lull_loopback *sender = lb->peer;
+        if (sender) lull__endpoint_drain(&sender->ep);
+    }
+    after_delivery(loop, timer);
 }
 
 /* One turn: the oldest frame, or the peer's close once no frame is left.
  * The inbox's tail is only read while head is set, so taking the last
  * frame leaves it stale rather than spending a store on it. */
 static inline void deliver(lull_loopback *lb, bool timer) {
+    /* Not paused: a paused end's turn runs deliver_paused (set_paused). */
+    LULL_ASSERT(!lb->paused, "lull: a paused loopback end's frame turn");
     lull_frame *f = lb->head;
-    if (LULL_UNLIKELY(!f || lb->paused)) {
-        /* A pause holds back what the peer sent, its close included, but
-         * not this end's own close after a send past max_queued (its inbox
-         * is empty then): that close callback is owed whatever the owner
-         * did after the refusal. */
-        if (!lb->paused || lb->failing) deliver_end(lb);
+    if (LULL_UNLIKELY(!f)) {
+        deliver_end(lb);
         return;
     }
     lb->head = f->next;
@@ -204,7 +225,7 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * callback, `peer` needs no check that lb is still open. An open
      * sender counts this frame: only a close, which clears `peer`, zeroes
      * its count. The drain, when the count crossed below the high-water
-     * mark, runs after the release (release_then_drain). */
+     * mark, runs after the release (deliver_then_drain). */
     lull_loopback *sender = lb->peer;
     bool drain = LULL_LIKELY(sender != NULL) &&
                  LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
@@ -213,27 +234,24 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * `delivering`, and then lb is not touched again. f is off the inbox,
      * its own. Turns do not nest (lull_loop_run and lull_loop_settle
      * refuse to run inside a callback), so one slot per loop serves, and
-     * the loop outlives them (lull_loop_free refuses a running loop); it
-     * costs the frame path two stores fewer than a flag of its own on the
-     * stack would, and no stack frame. Its value is the turn's own handle
-     * (close_end compares it with both), the pointer the delivery was
-     * called with: lb itself would keep a second saved register. */
+     * the loop outlives them (lull_loop_free refuses a running loop). Its
+     * value is the turn's own handle (close_end compares it with both),
+     * and the frame waits in a slot of its own (`delivering_frame`):
+     * after the callbacks the delivery finds the end and the frame again
+     * from the loop, the one pointer it keeps across them, so that the
+     * frame path saves and restores one register instead of three (the
+     * end, the frame and the loop). */
     lull_loop *loop = lb->loop;
     loop->delivering = timer ? (void *)&lb->timer : (void *)&lb->task;
+    if (LULL_UNLIKELY(drain)) {
+        deliver_then_drain(loop, f, timer);
+        return;
+    }
+    loop->delivering_frame = f;
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
         lb->ep.on_frame(&lb->ep, f->bytes, f->len);
-    if (LULL_UNLIKELY(drain))
-        release_then_drain(loop, f, timer);
-    else
-        lull__frame_release(f);
-    if (!loop->delivering) return; /* a callback closed this end */
-    /* Open here (a close of this end cleared `delivering`; left set, it
-     * means nothing once this returns): claim the next turn if
-     * a frame or the peer's close waits. */
-    LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
-                "lull: a closed loopback end past its delivery");
-    if (lb->head || LULL_UNLIKELY(lb->close_pending || lb->eof))
-        claim_turn(lb, timer);
+    lull__frame_release(loop->delivering_frame);
+    after_delivery(loop, timer);
 }
 
 static void deliver_task(lull_task *t) {
@@ -247,6 +265,38 @@ static void deliver_timer(lull_timer *t) {
 }
 LULL__OWN_NAME(deliver_timer, "lull_loopback delivery timer", lull_loopback,
                timer);
+
+/* The turn of a paused end. A pause holds back what the peer sent, its
+ * close included, but not this end's own close after a send past
+ * max_queued (its inbox is empty then): that close callback is owed
+ * whatever the owner did after the refusal. */
+static void deliver_paused(lull_loopback *lb) {
+    LULL_ASSERT(lb->paused, "lull: an unpaused loopback end's paused turn");
+    if (lb->failing) deliver_end(lb);
+}
+
+static void deliver_task_paused(lull_task *t) {
+    deliver_paused(LULL_CONTAINER_OF(t, lull_loopback, task));
+}
+LULL__OWN_NAME(deliver_task_paused, "lull_loopback delivery task",
+               lull_loopback, task);
+
+static void deliver_timer_paused(lull_timer *t) {
+    deliver_paused(LULL_CONTAINER_OF(t, lull_loopback, timer));
+}
+LULL__OWN_NAME(deliver_timer_paused, "lull_loopback delivery timer",
+               lull_loopback, timer);
+
+/* Pauses or resumes the end's deliveries. Its turn's callback says which:
+ * a paused end's runs deliver_paused, so the frame path, whichever turn
+ * claimed it and whenever the pause came (inside a frame callback too,
+ * the next turn claimed after it), never tests the pause. Only here and
+ * in end_init (not paused) is `paused` written. */
+static void set_paused(lull_loopback *lb, bool paused) {
+    lb->paused = paused;
+    lb->task.node.fn.task = paused ? deliver_task_paused : deliver_task;
+    lb->timer.node.fn.timer = paused ? deliver_timer_paused : deliver_timer;
+}
 
 /* lull_endpoint_send runs lull__loopback_send itself; these entries serve
  * any other caller of the ops. */
@@ -291,7 +341,7 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     lull_timer_stop(&a->timer);
     a->close_pending = false;
     a->failing = false;
-    a->paused = false; /* its close callback is owed */
+    set_paused(a, false); /* its close callback is owed */
     a->eof = false;
     lull_frame *inbox = a->head;
     if (inbox) {
@@ -356,7 +406,7 @@ static bool forgotten(const lull_loopback *lb) {
 static lull_frame *close_forgotten(lull_loopback *a) {
     lull_frame *inbox = a->head;
     a->head = a->tail = NULL;
-    a->paused = false;
+    set_paused(a, false);
     return inbox;
 }
 
@@ -407,7 +457,7 @@ int lull__loopback_read(lull_endpoint *ep, bool on) {
     if (lb->paused != on) return 0;      /* already so */
     if (forgotten(lb)) return -ENOTCONN; /* its loop is gone */
     LULL_ASSERT_LOOP_THREAD(lb->loop);
-    lb->paused = !on;
+    set_paused(lb, !on);
     /* Resumed: what waited arrives in a later turn, never inside this. */
     if (on && (lb->head || lb->close_pending || lb->eof))
         claim_turn(lb, lb->deliver == LULL_DELIVER_TIMER);

@@ -2090,6 +2090,93 @@ TEST(ends_paired_again_on_another_loop_deliver_there) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* lull_endpoint_send tells an end's delivery, and that it is open and
+ * unbounded, from the state bits its pairing set: ends paired again with
+ * the other delivery, or with a bound, send the new way. By timer with a
+ * delay, a frame waits its delay (a task's turn would deliver it at
+ * once); by task, it is delivered by the next settle; bounded, the send
+ * past max_queued is refused. */
+TEST(ends_paired_again_send_by_their_new_options) {
+    const uint64_t ms = 1000000;
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_loopback_options by_timer = {.deliver = LULL_DELIVER_TIMER,
+                                      .delay_ns = ms};
+    lull_loopback_options bounded = {.max_queued = sizeof(int)};
+    side a, b;
+    owned f[2];
+    for (int round = 0; round < 2; round++) {
+        pair_with(loop, &a, &b, NULL);
+        owned_init(&f[0], 1);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK(lull_task_pending(&b.lb.task));
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(b.frames, 1);
+        CHECK_EQ(f[0].releases, 1);
+        close_both(&a, &b);
+
+        pair_with(loop, &a, &b, &by_timer);
+        owned_init(&f[0], 2);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK(!lull_task_pending(&b.lb.task));
+        CHECK_U64_EQ(lull_timer_deadline(&b.lb.timer),
+                     lull_loop_now(loop) + ms);
+        CHECK_EQ(lull_loop_settle(loop), 0);
+        CHECK_EQ(b.frames, 0);
+        lull_loop_advance(loop, ms);
+        CHECK_EQ(b.frames, 1);
+        CHECK_EQ(f[0].releases, 1);
+        close_both(&a, &b);
+
+        pair_with(loop, &a, &b, &bounded);
+        owned_init(&f[0], 3);
+        owned_init(&f[1], 4);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[1].frame), -ENOBUFS);
+        CHECK(!f[1].frame.in_flight);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[1].frame), -EPIPE);
+        run_ready(loop);
+        CHECK_EQ(a.reason, -ENOBUFS);
+        CHECK_EQ(b.frames, 1);
+        CHECK_EQ(f[0].releases, 1);
+        CHECK_EQ(f[1].releases, 0);
+        close_both(&a, &b);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An end closed while paused (frames held back, its turn claimed) is not
+ * paused once paired again: both deliveries, its frames arrive, and a
+ * pause and a resume then hold them back and let them through again. */
+TEST(end_closed_while_paused_delivers_when_paired_again) {
+    for (int mode = 0; mode < 2; mode++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+        lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                   : LULL_DELIVER_TASK};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 1), 0);
+        CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1); /* the turn, holding it back */
+        CHECK_EQ(b.frames, 0);
+        close_both(&a, &b);
+        check_trace_reset();
+        pair_with(loop, &a, &b, &o);
+        CHECK_EQ(send_id(&a, 2), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(b.frames, 1);
+        CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+        CHECK_EQ(send_id(&a, 3), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(b.frames, 1);
+        CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+        CHECK_EQ(lull_loop_settle(loop), 1);
+        CHECK_EQ(b.frames, 2);
+        CHECK_TRACE(2002, 2003);
+        close_both(&a, &b);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
 TEST(pair_of_a_live_end_is_busy) {
     lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
     lull_loop *other = NULL;
