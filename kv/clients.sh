@@ -49,6 +49,15 @@
 #                     bulk) leaves one log line with its address and the
 #                     reason, as redis-server's "Protocol error (...) from
 #                     client: ..." (nothing was said); the others are served
+#   huge_replies_bounded  with the default limits, clients that ask for
+#                     more than 1 GB in one reply and never read (an MGET
+#                     of 1,100 keys of 1 MiB, an EXEC of as many GETs) are
+#                     closed with a log line at the normal class's hard
+#                     limit (it had none: lull-kv built the whole reply, as
+#                     much memory as a client cared to ask for); one that
+#                     pipelines 2,000 such GETs holds about one reply; a
+#                     client beside them gets every reply right, and
+#                     lull-kv's peak RSS stays under the limit plus its data
 #   replica_lookup_stopped  SIGTERM while the --replica-of name's lookup
 #                     waits on a resolver that never answers (a mount and
 #                     network namespace of its own, root only): lull-kv
@@ -511,6 +520,102 @@ PY
     for why in 'invalid bulk length' 'invalid multibulk length' 'expected CRLF after bulk'; do
         grep -q "protocol error ($why)" "$dir/p.out" || fail "no line says '$why'"
     done
+}
+
+case_huge_replies_bounded() {
+    need_python
+    start p --port 0
+    python3 - "$started_port" "$started" "$dir/p.out" <<'PY' || fail "huge replies"
+import socket, sys, time
+port, pid, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def kb(field):
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+def cmd(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+def reply(s, n):
+    got = b""
+    while len(got) < n:
+        d = s.recv(n - len(got))
+        assert d, "closed"
+        got += d
+    return got
+def said(what):
+    return open(log).read().count(what) >= 2
+def closed(s, secs):
+    # A closed socket's end comes after the bytes the kernel held.
+    s.settimeout(secs)
+    try:
+        while s.recv(1 << 20):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(20)  # a stall fails the case with a message, not a hang
+keys = [b"k%d" % i for i in range(64)]
+val = b"v" * (1 << 20)
+for k in keys:
+    good.sendall(cmd(b"SET", k, val))
+assert reply(good, 5 * len(keys)) == b"+OK\r\n" * len(keys)
+data = kb("VmRSS")
+def unread():
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    return s
+# 1,100 MiB asked for in one reply, twice, and 2,000 MiB pipelined.
+want = [keys[i % 64] for i in range(1100)]
+mget = unread()
+mget.sendall(cmd(b"MGET", *want))
+multi = unread()
+multi.sendall(cmd(b"MULTI") + b"".join(cmd(b"GET", k) for k in want) +
+              cmd(b"EXEC"))
+piped = unread()
+piped.setblocking(False)
+ask = b"".join(cmd(b"GET", k) for k in want[:100])
+# The good client's round trips go on until both are closed (each reply
+# built holds the loop about a second, as one of redis-server's would).
+sent = 0
+end = time.time() + 40
+i = 0
+gone = "over the normal hard limit (1073741824); connection closed"
+while i < 20 or not said(gone):
+    assert time.time() < end, "no two lines for the clients closed: %s" % \
+        open(log).read()
+    try:
+        if sent < 20 * len(ask):
+            sent += piped.send(ask)
+    except BlockingIOError:
+        pass
+    key = b"g%d" % i
+    good.sendall(cmd(b"SET", key, key * 3) + cmd(b"GET", key))
+    w = b"+OK\r\n$%d\r\n%s\r\n" % (len(key) * 3, key * 3)
+    assert reply(good, len(w)) == w, "wrong reply"
+    i += 1
+assert closed(mget, 10) and closed(multi, 10), "an unread huge reply kept"
+# The pipelining client is still there, its replies waiting (reading
+# them would take 2 GB through the socket).
+good.sendall(cmd(b"CLIENT", b"LIST"))
+head = good.recv(64)
+n = int(head[1:head.index(b"\r\n")])
+listed = head + reply(good, n + head.index(b"\r\n") + 4 - len(head))
+assert listed.count(b"\nid=") == 2, "not 2 clients: %r" % listed
+assert open(log).read().count("connection closed") == 2, open(log).read()
+good.sendall(cmd(b"MGET", keys[0], keys[1], b"nokey"))
+w = b"*3\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$-1\r\n" % (len(val), val, len(val), val)
+assert reply(good, len(w)) == w, "a good MGET after"
+peak = kb("VmHWM") - data
+print("%d round trips beside them; peak RSS %d kB over the data" % (i, peak))
+assert sent > len(ask), "the pipelining client sent little"
+assert peak < (1 << 20) + (128 << 10), "lull-kv's peak grew %d kB" % peak
+PY
 }
 
 case_replica_lookup_stopped() {

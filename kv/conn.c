@@ -383,8 +383,8 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
                   strerror(-rc));
         return false;
     }
-    /* The common case, a client of a class with no limit and no soft
-     * deadline armed, costs a few loads here. */
+    /* A client of a class with no limit (normal 0 0 0, as Redis' default;
+     * lull-kv's is 1gb) and no soft deadline armed costs a few loads here. */
     if (!c->link && !kv_client_subscribed(&c->cl) && !c->srv->normal_limited &&
         !c->soft_armed)
         return true;
