@@ -58,6 +58,10 @@
 #                     pipelines 2,000 such GETs holds about one reply; a
 #                     client beside them gets every reply right, and
 #                     lull-kv's peak RSS stays under the limit plus its data
+#   hello3_refused    HELLO 3 gets -NOPROTO, as from a RESP2-only server,
+#                     and the connection goes on in RESP2 (redis-server 7
+#                     speaks RESP3: it answers a map); `redis-cli -3` says
+#                     "HELLO 3 failed" and its command is answered
 #   replica_lookup_stopped  SIGTERM while the --replica-of name's lookup
 #                     waits on a resolver that never answers (a mount and
 #                     network namespace of its own, root only): lull-kv
@@ -616,6 +620,29 @@ print("%d round trips beside them; peak RSS %d kB over the data" % (i, peak))
 assert sent > len(ask), "the pipelining client sent little"
 assert peak < (1 << 20) + (128 << 10), "lull-kv's peak grew %d kB" % peak
 PY
+}
+
+case_hello3_refused() {
+    need_python
+    start p --port 0
+    python3 - "$started_port" <<'PY' || fail "HELLO 3 on a raw socket"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(10)
+s.sendall(b"HELLO 3\r\nHELLO 3 AUTH default x SETNAME n\r\nPING\r\n")
+want = b"-NOPROTO unsupported protocol version\r\n" * 2 + b"+PONG\r\n"
+got = b""
+while len(got) < len(want):
+    d = s.recv(4096)
+    assert d, "closed after %r" % got
+    got += d
+assert got == want, got
+PY
+    local out
+    out=$(timeout 10 redis-cli -3 -p "$started_port" SET k v 2>&1)
+    [ "$out" = "HELLO 3 failed: NOPROTO unsupported protocol version
+OK" ] || fail "redis-cli -3: $out"
+    [ "$(redis-cli -p "$started_port" GET k)" = v ] || fail "the SET of redis-cli -3"
 }
 
 case_replica_lookup_stopped() {
