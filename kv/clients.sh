@@ -62,6 +62,13 @@
 #                     and the connection goes on in RESP2 (redis-server 7
 #                     speaks RESP3: it answers a map); `redis-cli -3` says
 #                     "HELLO 3 failed" and its command is answered
+#   diverged_replica_resyncs  a replica whose primary restarted with
+#                     another history (a new replid; some of its keys
+#                     gone, some of another value, type or expiry) and
+#                     wrote before the replica came back syncs in full,
+#                     from a snapshot and (--repl-backlog-always yes) from
+#                     the log's start, and ends equal to it key by key:
+#                     no stale key kept
 #   replica_lookup_stopped  SIGTERM while the --replica-of name's lookup
 #                     waits on a resolver that never answers (a mount and
 #                     network namespace of its own, root only): lull-kv
@@ -643,6 +650,102 @@ PY
     [ "$out" = "HELLO 3 failed: NOPROTO unsupported protocol version
 OK" ] || fail "redis-cli -3: $out"
     [ "$(redis-cli -p "$started_port" GET k)" = v ] || fail "the SET of redis-cli -3"
+}
+
+case_diverged_replica_resyncs() {
+    need_python
+    cat >"$dir/dump.py" <<'PY'
+import socket, sys
+def conn(port):
+    return [socket.create_connection(("127.0.0.1", port)), b""]
+def ask(c, *args):
+    req = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        req += b"$%d\r\n%s\r\n" % (len(a), a)
+    c[0].sendall(req)
+    return read(c)
+def read(c):
+    while b"\r\n" not in c[1]:
+        d = c[0].recv(1 << 16)
+        assert d, "closed"
+        c[1] += d
+    line, c[1] = c[1].split(b"\r\n", 1)
+    if line[:1] == b"$":
+        n = int(line[1:])
+        if n < 0:
+            return None
+        while len(c[1]) < n + 2:
+            c[1] += c[0].recv(1 << 16)
+        v, c[1] = c[1][:n], c[1][n + 2:]
+        return v
+    if line[:1] == b"*":
+        return [read(c) for _ in range(int(line[1:]))]
+    return line
+def dump(port):
+    c, out = conn(port), {}
+    get = {b"+string": lambda k: ask(c, "GET", k),
+           b"+list": lambda k: ask(c, "LRANGE", k, 0, -1),
+           b"+set": lambda k: sorted(ask(c, "SMEMBERS", k)),
+           b"+hash": lambda k: sorted(ask(c, "HGETALL", k)),
+           b"+zset": lambda k: ask(c, "ZRANGE", k, 0, -1, "WITHSCORES")}
+    for k in ask(c, "KEYS", "*"):
+        t = ask(c, "TYPE", k)
+        out[k] = (t, get[t](k), ask(c, "PEXPIRETIME", k))
+    return out
+p, r = dump(int(sys.argv[1])), dump(int(sys.argv[2]))
+bad = sorted(k for k in set(p) | set(r) if p.get(k) != r.get(k))
+if len(p) != int(sys.argv[3]) or bad:
+    sys.exit("%d keys on the primary, %d on the replica; differ: %r" %
+             (len(p), len(r), bad[:10]))
+PY
+    info() { redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n "s/^$2://p"; }
+    in_sync() {
+        local m r
+        m=$(info "$1" master_repl_offset)
+        r=$(info "$2" slave_repl_offset)
+        [ -n "$m" ] && [ "$m" = "$r" ] && [ "$(info "$2" master_link_status)" = up ]
+    }
+    local round extra port p1 rpid rport
+    for round in snapshot log; do
+        extra=()
+        [ $round = log ] && extra=(--repl-backlog-always yes)
+        start "p1$round" --port 0
+        port=$started_port
+        p1=$started
+        for i in $(seq 100); do
+            echo "SET s$i old$i"
+            echo "EXPIRE s$i 1000"
+            echo "RPUSH l$i a b"
+            echo "HSET h$i f $i"
+        done | redis-cli -p "$port" >/dev/null
+        start "r$round" --port 0 --replica-of "127.0.0.1:$port"
+        rpid=$started
+        rport=$started_port
+        eventually in_sync "$port" "$rport" || fail "$round: the first sync"
+        [ "$(redis-cli -p "$rport" DBSIZE)" = 300 ] || fail "$round: first sync's keys"
+        # The replica away while the primary restarts and is written to.
+        kill -STOP "$rpid"
+        kill "$p1"
+        wait "$p1" 2>/dev/null
+        start "p2$round" --port "$port" "${extra[@]}"
+        for i in $(seq 50 150); do
+            echo "SET s$i new$i"
+            echo "SADD l$i m"
+            echo "ZADD z$i $i m"
+        done | redis-cli -p "$port" >/dev/null
+        kill -CONT "$rpid"
+        eventually in_sync "$port" "$rport" || fail "$round: the resync"
+        # s50-150 (no expiry now), l50-150 sets, z50-150: 303 keys.
+        python3 "$dir/dump.py" "$port" "$rport" 303 ||
+            fail "$round: the replica differs from its new primary"
+        grep -q "in sync with 127.0.0.1:$port from offset [0-9]* (full" "$dir/r$round.out" ||
+            fail "$round: no full sync said"
+    done
+    grep -q "(full: a snapshot of 303 keys)" "$dir/rsnapshot.out" ||
+        fail "the snapshot round did not sync from a snapshot"
+    [ "$(grep -c 'from offset 0 (full)$' "$dir/rlog.out")" = 1 ] ||
+        fail "the log round did not sync from the log's start"
 }
 
 case_replica_lookup_stopped() {
