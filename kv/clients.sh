@@ -537,7 +537,7 @@ case_huge_replies_bounded() {
     need_python
     start p --port 0
     python3 - "$started_port" "$started" "$dir/p.out" <<'PY' || fail "huge replies"
-import socket, sys, time
+import os, signal, socket, sys, time
 port, pid, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 def kb(field):
     for line in open("/proc/%d/status" % pid):
@@ -581,13 +581,19 @@ def unread():
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     s.connect(("127.0.0.1", port))
     return s
-# 1,100 MiB asked for in one reply, twice, and 2,000 MiB pipelined.
+# 1,100 MiB asked for in one reply, twice, and 2,000 MiB pipelined. The
+# two requests arrive while lull-kv is stopped, so one turn reads both: the
+# first reply refused must not hold its memory while the second is built.
 want = [keys[i % 64] for i in range(1100)]
 mget = unread()
-mget.sendall(cmd(b"MGET", *want))
 multi = unread()
-multi.sendall(cmd(b"MULTI") + b"".join(cmd(b"GET", k) for k in want) +
-              cmd(b"EXEC"))
+os.kill(pid, signal.SIGSTOP)
+try:
+    mget.sendall(cmd(b"MGET", *want))
+    multi.sendall(cmd(b"MULTI") + b"".join(cmd(b"GET", k) for k in want) +
+                  cmd(b"EXEC"))
+finally:
+    os.kill(pid, signal.SIGCONT)
 piped = unread()
 piped.setblocking(False)
 ask = b"".join(cmd(b"GET", k) for k in want[:100])

@@ -195,17 +195,23 @@ static void soft_due(lull_timer *t) {
 }
 
 /* A write to c->out failed: out of memory, or past the cap conn_new set
- * (a reply still being built went over the output hard limit). */
+ * (a reply still being built went over the output hard limit). What the
+ * buffer holds is never sent, and goes now, not in on_close a turn later:
+ * another client's reply built in this turn would have the memory of both
+ * (two clients refused at a 1gb limit took 2 GB). */
 static void drop_unwritten(conn *c) {
-    if (!c->out.over) {
+    bool over = c->out.over;
+    size_t used = conn_output(c);
+    int cls = conn_class(c);
+    if (!c->closing) buf_free(&c->out); /* (a `fin` may point at it) */
+    if (!over) {
         conn_drop(c, "out of memory");
         return;
     }
-    int cls = conn_class(c);
     conn_drop(c,
               "output buffer of %zu bytes and a reply that would take it "
               "over the %s hard limit (%zu)",
-              conn_output(c), class_name[cls], c->srv->obl[cls].hard);
+              used, class_name[cls], c->srv->obl[cls].hard);
 }
 
 bool conn_check_output(conn *c) {
