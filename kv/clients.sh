@@ -69,6 +69,10 @@
 #                     from a snapshot and (--repl-backlog-always yes) from
 #                     the log's start, and ends equal to it key by key:
 #                     no stale key kept
+#   multi_queue_bounded  a transaction queued past client-query-buffer-limit
+#                     (a client that sends MULTI and SETs, never EXEC) is
+#                     closed with a log line, nothing of it run; it grew
+#                     without bound, as much memory as the client sent
 #   replica_lookup_stopped  SIGTERM while the --replica-of name's lookup
 #                     waits on a resolver that never answers (a mount and
 #                     network namespace of its own, root only): lull-kv
@@ -752,6 +756,60 @@ PY
         fail "the snapshot round did not sync from a snapshot"
     [ "$(grep -c 'from offset 0 (full)$' "$dir/rlog.out")" = 1 ] ||
         fail "the log round did not sync from the log's start"
+}
+
+case_multi_queue_bounded() {
+    need_python
+    start p --port 0 --client-query-buffer-limit 1mb
+    python3 - "$started_port" "$dir/p.out" <<'PY' || fail "the queued transaction"
+import socket, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+def cmd(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+def reply(s, n):
+    got = b""
+    while len(got) < n:
+        d = s.recv(n - len(got))
+        assert d, "closed after %r" % got[:100]
+        got += d
+    return got
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(10)
+hog = socket.create_connection(("127.0.0.1", port))
+hog.settimeout(10)
+hog.sendall(cmd(b"MULTI"))
+assert reply(hog, 5) == b"+OK\r\n"
+# 3 MB of SETs queued, 60,000-byte values, in steps so the server keeps up.
+val = b"v" * 60000
+closed = False
+for i in range(50):
+    try:
+        hog.sendall(cmd(b"SET", b"q%d" % i, val))
+        got = hog.recv(64)
+    except (ConnectionResetError, BrokenPipeError):
+        got = b""
+    if not got:
+        closed = True
+        break
+    assert got == b"+QUEUED\r\n", got
+    good.sendall(cmd(b"PING"))
+    assert reply(good, 7) == b"+PONG\r\n"
+assert closed, "3 MB queued past a 1 MB limit"
+assert i * len(val) <= 2 << 20, "closed late: %d SETs queued" % i
+for _ in range(100):
+    if "over client-query-buffer-limit (1048576); connection closed" in open(log).read():
+        break
+    time.sleep(0.05)
+else:
+    sys.exit("no log line: %s" % open(log).read())
+good.sendall(cmd(b"EXISTS", b"q0") + cmd(b"DBSIZE"))
+assert reply(good, 8) == b":0\r\n:0\r\n", "the transaction ran"
+PY
+    grep -q "queued transaction of [0-9]* bytes over client-query-buffer-limit (1048576); connection closed" "$dir/p.out" ||
+        fail "the log line: $(cat "$dir/p.out")"
 }
 
 case_replica_lookup_stopped() {

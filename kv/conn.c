@@ -603,6 +603,18 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
             int r = kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out);
             if (r & KV_QUIT) c->closing = true;
             if (r & KV_SERVER) server_command(c, srv->argv, argc);
+            /* A queued transaction is input not yet run: held to the
+             * query buffer's limit, or MULTI and SETs never EXECed would
+             * take as much memory as the client sent (Redis has no
+             * bound on it). */
+            if (__builtin_expect(c->cl.queue_bytes > srv->qbuf_limit, 0)) {
+                conn_drop(c,
+                          "queued transaction of %zu bytes over "
+                          "client-query-buffer-limit (%zu)",
+                          c->cl.queue_bytes, srv->qbuf_limit);
+                alive = false;
+                break;
+            }
         }
         if ((c->out.len >= REPLY_HANDOVER && !c->closing) ||
             __builtin_expect(c->vref != NULL, 0)) {
