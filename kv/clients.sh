@@ -57,7 +57,8 @@
 #                     much memory as a client cared to ask for); one that
 #                     pipelines 2,000 such GETs holds about one reply; a
 #                     client beside them gets every reply right, and
-#                     lull-kv's peak RSS stays under the limit plus its data
+#                     lull-kv's peak RSS stays within 1.25 times the
+#                     limit over its data
 #   hello3_refused    HELLO 3 gets -NOPROTO, as from a RESP2-only server,
 #                     and the connection goes on in RESP2 (redis-server 7
 #                     speaks RESP3: it answers a map); `redis-cli -3` says
@@ -635,7 +636,8 @@ assert reply(good, len(w)) == w, "a good MGET after"
 peak = kb("VmHWM") - data
 print("%d round trips beside them; peak RSS %d kB over the data" % (i, peak))
 assert sent > len(ask), "the pipelining client sent little"
-assert peak < (1 << 20) + (128 << 10), "lull-kv's peak grew %d kB" % peak
+# The limit, 1 GiB, and a quarter more (malloc's and a sanitizer's own).
+assert peak < (1 << 20) * 5 // 4, "lull-kv's peak grew %d kB" % peak
 PY
 }
 
