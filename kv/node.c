@@ -81,8 +81,6 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
                 int64_t clock_ms) {
     srv->loop = loop;
     srv->net = net;
-    srv->normal_limited =
-        srv->obl[CLASS_NORMAL].hard || srv->obl[CLASS_NORMAL].soft;
     srv->argv = malloc(srv->lim.max_args * sizeof *srv->argv);
     if (!srv->argv) return -ENOMEM;
     int rc = store_init(&srv->kv.db);
