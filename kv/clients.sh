@@ -49,6 +49,31 @@
 #                     bulk) leaves one log line with its address and the
 #                     reason, as redis-server's "Protocol error (...) from
 #                     client: ..." (nothing was said); the others are served
+#   huge_replies_bounded  with the default limits, clients that ask for
+#                     more than 1 GB in one reply and never read (an MGET
+#                     of 1,100 keys of 1 MiB, an EXEC of as many GETs) are
+#                     closed with a log line at the normal class's hard
+#                     limit (it had none: lull-kv built the whole reply, as
+#                     much memory as a client cared to ask for); one that
+#                     pipelines 2,000 such GETs holds about one reply; a
+#                     client beside them gets every reply right, and
+#                     lull-kv's peak RSS stays within 1.25 times the
+#                     limit over its data
+#   hello3_refused    HELLO 3 gets -NOPROTO, as from a RESP2-only server,
+#                     and the connection goes on in RESP2 (redis-server 7
+#                     speaks RESP3: it answers a map); `redis-cli -3` says
+#                     "HELLO 3 failed" and its command is answered
+#   diverged_replica_resyncs  a replica whose primary restarted with
+#                     another history (a new replid; some of its keys
+#                     gone, some of another value, type or expiry) and
+#                     wrote before the replica came back syncs in full,
+#                     from a snapshot and (--repl-backlog-always yes) from
+#                     the log's start, and ends equal to it key by key:
+#                     no stale key kept
+#   multi_queue_bounded  a transaction queued past client-query-buffer-limit
+#                     (a client that sends MULTI and SETs, never EXEC) is
+#                     closed with a log line, nothing of it run; it grew
+#                     without bound, as much memory as the client sent
 #   replica_lookup_stopped  SIGTERM while the --replica-of name's lookup
 #                     waits on a resolver that never answers (a mount and
 #                     network namespace of its own, root only): lull-kv
@@ -511,6 +536,282 @@ PY
     for why in 'invalid bulk length' 'invalid multibulk length' 'expected CRLF after bulk'; do
         grep -q "protocol error ($why)" "$dir/p.out" || fail "no line says '$why'"
     done
+}
+
+case_huge_replies_bounded() {
+    need_python
+    start p --port 0
+    python3 - "$started_port" "$started" "$dir/p.out" <<'PY' || fail "huge replies"
+import os, signal, socket, sys, time
+port, pid, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+def kb(field):
+    for line in open("/proc/%d/status" % pid):
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+def cmd(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+def reply(s, n):
+    got = b""
+    while len(got) < n:
+        d = s.recv(n - len(got))
+        assert d, "closed"
+        got += d
+    return got
+def said(what):
+    return open(log).read().count(what) >= 2
+def closed(s, secs):
+    # A closed socket's end comes after the bytes the kernel held.
+    s.settimeout(secs)
+    try:
+        while s.recv(1 << 20):
+            pass
+        return True
+    except ConnectionResetError:
+        return True
+    except socket.timeout:
+        return False
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(20)  # a stall fails the case with a message, not a hang
+keys = [b"k%d" % i for i in range(64)]
+val = b"v" * (1 << 20)
+for k in keys:
+    good.sendall(cmd(b"SET", k, val))
+assert reply(good, 5 * len(keys)) == b"+OK\r\n" * len(keys)
+data = kb("VmRSS")
+def unread():
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    s.connect(("127.0.0.1", port))
+    return s
+# 1,100 MiB asked for in one reply, twice, and 2,000 MiB pipelined. The
+# two requests arrive while lull-kv is stopped, so one turn reads both: the
+# first reply refused must not hold its memory while the second is built.
+want = [keys[i % 64] for i in range(1100)]
+mget = unread()
+multi = unread()
+os.kill(pid, signal.SIGSTOP)
+try:
+    mget.sendall(cmd(b"MGET", *want))
+    multi.sendall(cmd(b"MULTI") + b"".join(cmd(b"GET", k) for k in want) +
+                  cmd(b"EXEC"))
+finally:
+    os.kill(pid, signal.SIGCONT)
+piped = unread()
+piped.setblocking(False)
+ask = b"".join(cmd(b"GET", k) for k in want[:100])
+# The good client's round trips go on until both are closed (each reply
+# built holds the loop about a second, as one of redis-server's would).
+sent = 0
+end = time.time() + 40
+i = 0
+gone = "over the normal hard limit (1073741824); connection closed"
+while i < 20 or not said(gone):
+    assert time.time() < end, "no two lines for the clients closed: %s" % \
+        open(log).read()
+    try:
+        if sent < 20 * len(ask):
+            sent += piped.send(ask)
+    except BlockingIOError:
+        pass
+    key = b"g%d" % i
+    good.sendall(cmd(b"SET", key, key * 3) + cmd(b"GET", key))
+    w = b"+OK\r\n$%d\r\n%s\r\n" % (len(key) * 3, key * 3)
+    assert reply(good, len(w)) == w, "wrong reply"
+    i += 1
+assert closed(mget, 10) and closed(multi, 10), "an unread huge reply kept"
+# The pipelining client is still there, its replies waiting (reading
+# them would take 2 GB through the socket).
+good.sendall(cmd(b"CLIENT", b"LIST"))
+head = good.recv(64)
+n = int(head[1:head.index(b"\r\n")])
+listed = head + reply(good, n + head.index(b"\r\n") + 4 - len(head))
+assert listed.count(b"\nid=") == 2, "not 2 clients: %r" % listed
+assert open(log).read().count("connection closed") == 2, open(log).read()
+good.sendall(cmd(b"MGET", keys[0], keys[1], b"nokey"))
+w = b"*3\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$-1\r\n" % (len(val), val, len(val), val)
+assert reply(good, len(w)) == w, "a good MGET after"
+peak = kb("VmHWM") - data
+print("%d round trips beside them; peak RSS %d kB over the data" % (i, peak))
+assert sent > len(ask), "the pipelining client sent little"
+# The limit, 1 GiB, and a quarter more (malloc's and a sanitizer's own).
+assert peak < (1 << 20) * 5 // 4, "lull-kv's peak grew %d kB" % peak
+PY
+}
+
+case_hello3_refused() {
+    need_python
+    start p --port 0
+    python3 - "$started_port" <<'PY' || fail "HELLO 3 on a raw socket"
+import socket, sys
+s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s.settimeout(10)
+s.sendall(b"HELLO 3\r\nHELLO 3 AUTH default x SETNAME n\r\nPING\r\n")
+want = b"-NOPROTO unsupported protocol version\r\n" * 2 + b"+PONG\r\n"
+got = b""
+while len(got) < len(want):
+    d = s.recv(4096)
+    assert d, "closed after %r" % got
+    got += d
+assert got == want, got
+PY
+    local out
+    out=$(timeout 10 redis-cli -3 -p "$started_port" SET k v 2>&1)
+    [ "$out" = "HELLO 3 failed: NOPROTO unsupported protocol version
+OK" ] || fail "redis-cli -3: $out"
+    [ "$(redis-cli -p "$started_port" GET k)" = v ] || fail "the SET of redis-cli -3"
+}
+
+case_diverged_replica_resyncs() {
+    need_python
+    cat >"$dir/dump.py" <<'PY'
+import socket, sys
+def conn(port):
+    return [socket.create_connection(("127.0.0.1", port)), b""]
+def ask(c, *args):
+    req = b"*%d\r\n" % len(args)
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        req += b"$%d\r\n%s\r\n" % (len(a), a)
+    c[0].sendall(req)
+    return read(c)
+def read(c):
+    while b"\r\n" not in c[1]:
+        d = c[0].recv(1 << 16)
+        assert d, "closed"
+        c[1] += d
+    line, c[1] = c[1].split(b"\r\n", 1)
+    if line[:1] == b"$":
+        n = int(line[1:])
+        if n < 0:
+            return None
+        while len(c[1]) < n + 2:
+            c[1] += c[0].recv(1 << 16)
+        v, c[1] = c[1][:n], c[1][n + 2:]
+        return v
+    if line[:1] == b"*":
+        return [read(c) for _ in range(int(line[1:]))]
+    return line
+def dump(port):
+    c, out = conn(port), {}
+    get = {b"+string": lambda k: ask(c, "GET", k),
+           b"+list": lambda k: ask(c, "LRANGE", k, 0, -1),
+           b"+set": lambda k: sorted(ask(c, "SMEMBERS", k)),
+           b"+hash": lambda k: sorted(ask(c, "HGETALL", k)),
+           b"+zset": lambda k: ask(c, "ZRANGE", k, 0, -1, "WITHSCORES")}
+    for k in ask(c, "KEYS", "*"):
+        t = ask(c, "TYPE", k)
+        out[k] = (t, get[t](k), ask(c, "PEXPIRETIME", k))
+    return out
+p, r = dump(int(sys.argv[1])), dump(int(sys.argv[2]))
+bad = sorted(k for k in set(p) | set(r) if p.get(k) != r.get(k))
+if len(p) != int(sys.argv[3]) or bad:
+    sys.exit("%d keys on the primary, %d on the replica; differ: %r" %
+             (len(p), len(r), bad[:10]))
+PY
+    info() { redis-cli -p "$1" INFO replication | tr -d '\r' | sed -n "s/^$2://p"; }
+    in_sync() {
+        local m r
+        m=$(info "$1" master_repl_offset)
+        r=$(info "$2" slave_repl_offset)
+        [ -n "$m" ] && [ "$m" = "$r" ] && [ "$(info "$2" master_link_status)" = up ]
+    }
+    local round extra port p1 rpid rport
+    for round in snapshot log; do
+        extra=()
+        [ $round = log ] && extra=(--repl-backlog-always yes)
+        start "p1$round" --port 0
+        port=$started_port
+        p1=$started
+        for i in $(seq 100); do
+            echo "SET s$i old$i"
+            echo "EXPIRE s$i 1000"
+            echo "RPUSH l$i a b"
+            echo "HSET h$i f $i"
+        done | redis-cli -p "$port" >/dev/null
+        start "r$round" --port 0 --replica-of "127.0.0.1:$port"
+        rpid=$started
+        rport=$started_port
+        eventually in_sync "$port" "$rport" || fail "$round: the first sync"
+        [ "$(redis-cli -p "$rport" DBSIZE)" = 300 ] || fail "$round: first sync's keys"
+        # The replica away while the primary restarts and is written to.
+        kill -STOP "$rpid"
+        kill "$p1"
+        wait "$p1" 2>/dev/null
+        start "p2$round" --port "$port" "${extra[@]}"
+        for i in $(seq 50 150); do
+            echo "SET s$i new$i"
+            echo "SADD l$i m"
+            echo "ZADD z$i $i m"
+        done | redis-cli -p "$port" >/dev/null
+        kill -CONT "$rpid"
+        eventually in_sync "$port" "$rport" || fail "$round: the resync"
+        # s50-150 (no expiry now), l50-150 sets, z50-150: 303 keys.
+        python3 "$dir/dump.py" "$port" "$rport" 303 ||
+            fail "$round: the replica differs from its new primary"
+        grep -q "in sync with 127.0.0.1:$port from offset [0-9]* (full" "$dir/r$round.out" ||
+            fail "$round: no full sync said"
+    done
+    grep -q "(full: a snapshot of 303 keys)" "$dir/rsnapshot.out" ||
+        fail "the snapshot round did not sync from a snapshot"
+    [ "$(grep -c 'from offset 0 (full)$' "$dir/rlog.out")" = 1 ] ||
+        fail "the log round did not sync from the log's start"
+}
+
+case_multi_queue_bounded() {
+    need_python
+    start p --port 0 --client-query-buffer-limit 1mb
+    python3 - "$started_port" "$dir/p.out" <<'PY' || fail "the queued transaction"
+import socket, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+def cmd(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+def reply(s, n):
+    got = b""
+    while len(got) < n:
+        d = s.recv(n - len(got))
+        assert d, "closed after %r" % got[:100]
+        got += d
+    return got
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(10)
+hog = socket.create_connection(("127.0.0.1", port))
+hog.settimeout(10)
+hog.sendall(cmd(b"MULTI"))
+assert reply(hog, 5) == b"+OK\r\n"
+# 3 MB of SETs queued, 60,000-byte values, in steps so the server keeps up.
+val = b"v" * 60000
+closed = False
+for i in range(50):
+    try:
+        hog.sendall(cmd(b"SET", b"q%d" % i, val))
+        got = hog.recv(64)
+    except (ConnectionResetError, BrokenPipeError):
+        got = b""
+    if not got:
+        closed = True
+        break
+    assert got == b"+QUEUED\r\n", got
+    good.sendall(cmd(b"PING"))
+    assert reply(good, 7) == b"+PONG\r\n"
+assert closed, "3 MB queued past a 1 MB limit"
+assert i * len(val) <= 2 << 20, "closed late: %d SETs queued" % i
+for _ in range(100):
+    if "over client-query-buffer-limit (1048576); connection closed" in open(log).read():
+        break
+    time.sleep(0.05)
+else:
+    sys.exit("no log line: %s" % open(log).read())
+good.sendall(cmd(b"EXISTS", b"q0") + cmd(b"DBSIZE"))
+assert reply(good, 8) == b":0\r\n:0\r\n", "the transaction ran"
+PY
+    grep -q "queued transaction of [0-9]* bytes over client-query-buffer-limit (1048576); connection closed" "$dir/p.out" ||
+        fail "the log line: $(cat "$dir/p.out")"
 }
 
 case_replica_lookup_stopped() {

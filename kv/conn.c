@@ -195,17 +195,23 @@ static void soft_due(lull_timer *t) {
 }
 
 /* A write to c->out failed: out of memory, or past the cap conn_new set
- * (a reply still being built went over the output hard limit). */
+ * (a reply still being built went over the output hard limit). What the
+ * buffer holds is never sent, and goes now, not in on_close a turn later:
+ * another client's reply built in this turn would have the memory of both
+ * (two clients refused at a 1gb limit took 2 GB). */
 static void drop_unwritten(conn *c) {
-    if (!c->out.over) {
+    bool over = c->out.over;
+    size_t used = conn_output(c);
+    int cls = conn_class(c);
+    if (!c->closing) buf_free(&c->out); /* (a `fin` may point at it) */
+    if (!over) {
         conn_drop(c, "out of memory");
         return;
     }
-    int cls = conn_class(c);
     conn_drop(c,
               "output buffer of %zu bytes and a reply that would take it "
               "over the %s hard limit (%zu)",
-              conn_output(c), class_name[cls], c->srv->obl[cls].hard);
+              used, class_name[cls], c->srv->obl[cls].hard);
 }
 
 bool conn_check_output(conn *c) {
@@ -383,11 +389,14 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
                   strerror(-rc));
         return false;
     }
-    /* The common case, a client of a class with no limit and no soft
-     * deadline armed, costs a few loads here. */
-    if (!c->link && !kv_client_subscribed(&c->cl) && !c->srv->normal_limited &&
-        !c->soft_armed)
-        return true;
+    /* The common case, a normal client under its hard limit (lull-kv's
+     * default 1gb, or none) with no soft limit, costs a few loads here,
+     * not conn_check_output's call (27 instructions a GET). */
+    if (!c->link && !kv_client_subscribed(&c->cl) && !c->soft_armed &&
+        !c->srv->obl[CLASS_NORMAL].soft) {
+        size_t hard = c->srv->obl[CLASS_NORMAL].hard;
+        if (!hard || c->out.len + c->ep->queued < hard) return true;
+    }
     return conn_check_output(c);
 }
 
@@ -597,6 +606,18 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
             int r = kv_exec(&srv->kv, &c->cl, srv->argv, argc, &c->out);
             if (r & KV_QUIT) c->closing = true;
             if (r & KV_SERVER) server_command(c, srv->argv, argc);
+            /* A queued transaction is input not yet run: held to the
+             * query buffer's limit, or MULTI and SETs never EXECed would
+             * take as much memory as the client sent (Redis has no
+             * bound on it). */
+            if (__builtin_expect(c->cl.queue_bytes > srv->qbuf_limit, 0)) {
+                conn_drop(c,
+                          "queued transaction of %zu bytes over "
+                          "client-query-buffer-limit (%zu)",
+                          c->cl.queue_bytes, srv->qbuf_limit);
+                alive = false;
+                break;
+            }
         }
         if ((c->out.len >= REPLY_HANDOVER && !c->closing) ||
             __builtin_expect(c->vref != NULL, 0)) {

@@ -43,12 +43,17 @@ void server_defaults(server *srv) {
     memset(srv, 0, sizeof *srv);
     kv_init(&srv->kv);
     /* Redis' defaults (redis.conf): proto-max-bulk-len 512mb,
-     * client-query-buffer-limit 1gb, client-output-buffer-limit normal
-     * 0 0 0, replica 256mb 64mb 60, pubsub 32mb 8mb 60. */
+     * client-query-buffer-limit 1gb, client-output-buffer-limit replica
+     * 256mb 64mb 60, pubsub 32mb 8mb 60. Not its normal 0 0 0: a reply is
+     * built whole before it is sent, so with no limit one MGET or EXEC of
+     * a few KiB could make lull-kv take as much memory as it asked for,
+     * and the kernel's OOM killer would end every client. 1gb, the query
+     * buffer's limit, is twice the longest value, whose GET fits. */
     srv->lim.max_bulk = (size_t)512 << 20;
     srv->lim.max_args = ARGS_START;
     srv->lim.grow_args = MAX_ARGS;
     srv->qbuf_limit = (size_t)1 << 30;
+    srv->obl[CLASS_NORMAL] = (obuf_limit){(size_t)1 << 30, 0, 0};
     srv->obl[CLASS_REPLICA] =
         (obuf_limit){(size_t)256 << 20, (size_t)64 << 20, 60 * 1000000000ull};
     srv->obl[CLASS_PUBSUB] =
@@ -76,8 +81,6 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
                 int64_t clock_ms) {
     srv->loop = loop;
     srv->net = net;
-    srv->normal_limited =
-        srv->obl[CLASS_NORMAL].hard || srv->obl[CLASS_NORMAL].soft;
     srv->argv = malloc(srv->lim.max_args * sizeof *srv->argv);
     if (!srv->argv) return -ENOMEM;
     int rc = store_init(&srv->kv.db);

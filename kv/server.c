@@ -514,6 +514,7 @@ static const char usage_text[] =
     "  --client-output-buffer-limit CLASS HARD SOFT SECONDS ...\n"
     "                    per class (normal, replica or slave, pubsub), as\n"
     "                    Redis writes it; several classes may follow\n"
+    "                    (default normal 1gb 0 0, not Redis' 0 0 0)\n"
     "  --replica-of HOST:PORT\n"
     "                    be a replica of that primary (HOST a name, looked\n"
     "                    up before each connect, or numeric; [IPv6])\n"

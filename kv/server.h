@@ -201,7 +201,6 @@ struct server {
                           argument table's room */
     size_t qbuf_limit; /* client-query-buffer-limit */
     obuf_limit obl[CLASSES]; /* client-output-buffer-limit, per class */
-    bool normal_limited;     /* the normal class has a limit */
     resp_arg *argv;          /* the command being run (lim.max_args
                                 entries, grown by server_args) */
     bool per_record;         /* --repl-mode per-record */

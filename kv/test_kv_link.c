@@ -1116,7 +1116,6 @@ static void amplified_reply_held_to_limit(bool exec, bool pubsub_unlimited) {
     last_line[0] = 0;
     p.obl[CLASS_NORMAL].hard = p.obl[CLASS_PUBSUB].hard = (size_t)1 << 20;
     if (pubsub_unlimited) p.obl[CLASS_PUBSUB].hard = 0;
-    p.normal_limited = true;
     static char value[64 << 10];
     memset(value, 'v', sizeof value);
     value[sizeof value - 1] = 0;
