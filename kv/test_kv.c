@@ -2116,6 +2116,37 @@ TEST(idle_log_counts_records_and_keeps_none) {
     repl_log_free(&log);
 }
 
+/* repl_log_write, the write path's one call (kv_log): idle, it moves end
+ * and base by the record's length and keeps nothing; kept, it appends the
+ * same record repl_log_reserve + repl_log_append would. */
+TEST(log_write_counts_when_idle_and_appends_when_kept) {
+    repl_log log;
+    repl_log_init(&log);
+    log.idle = true;
+    char v[300]; /* a length of three digits */
+    memset(v, 'v', sizeof v);
+    resp_arg a[3] = {{"SET", 3}, {"key", 3}, {v, sizeof v}};
+    size_t len = repl_record_len(a, 3);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(repl_log_write(&log, a, 3), 0);
+    CHECK_U64_EQ(log.end, 5 * len);
+    CHECK_U64_EQ(log.base, log.end);
+    CHECK_EQ(log.nchunks, 0);
+    CHECK_EQ(log.nrec, 0);
+    repl_log_keep(&log);
+    CHECK_EQ(repl_log_write(&log, a, 3), 0);
+    CHECK_U64_EQ(log.end, 6 * len);
+    CHECK_EQ(log.nrec, 1);
+    repl_cursor cur;
+    CHECK_EQ(repl_log_seek(&log, 5 * len, &cur), 0);
+    size_t got;
+    const char *rec = repl_log_next(&log, &cur, &got);
+    CHECK(rec != NULL);
+    CHECK_EQ(got, len);
+    CHECK(memcmp(rec, "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$300\r\nvvv", 31) == 0);
+    repl_log_free(&log);
+}
+
 TEST(log_trim_keeps_pinned_chunks_and_refuses_seek_below_base) {
     repl_log log;
     repl_log_init(&log);
