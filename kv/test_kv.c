@@ -1925,6 +1925,33 @@ TEST(list_and_set_arrays_shrink_as_they_empty) {
     set_free(s);
 }
 
+/* HSET of a field that is there (redis-benchmark's HSET: one field, set
+ * again and again) writes the new value over the old one when it has the
+ * same length: no allocation, the value's memory stays where it was. A
+ * value of another length takes the field's value whole, and the field
+ * is still one entry. */
+TEST(hash_set_of_a_field_there_reuses_its_value) {
+    kv_hash *h = hash_new();
+    CHECK(h);
+    CHECK_EQ(hash_set(h, "f", 1, "abc", 3), 1);
+    dict_entry *e = dict_find(&h->d, "f", 1);
+    CHECK(e);
+    char *was = hash_value(e)->p;
+    CHECK_EQ(hash_set(h, "f", 1, "xyz", 3), 0);
+    CHECK(dict_find(&h->d, "f", 1) == e);
+    CHECK(hash_value(e)->p == was);
+    CHECK_EQ(hash_value(e)->len, 3);
+    CHECK(memcmp(hash_value(e)->p, "xyz", 3) == 0);
+    CHECK_EQ(hash_set(h, "f", 1, "longer value", 12), 0);
+    CHECK_EQ(hash_value(e)->len, 12);
+    CHECK(memcmp(hash_value(e)->p, "longer value", 12) == 0);
+    CHECK_EQ(hash_set(h, "f", 1, "", 0), 0);
+    CHECK_EQ(hash_value(e)->len, 0);
+    CHECK(hash_value(e)->p != NULL);
+    CHECK_EQ(h->d.count, 1);
+    hash_free(h);
+}
+
 TEST(zset_ranks_follow_a_model) {
     /* Random ZADD, moves and deletes on a skip list, checked after each
      * step against a sorted array: order, ranks (zset_at, zset_rank,

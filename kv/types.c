@@ -256,14 +256,24 @@ void hash_free(kv_hash *h) {
 
 int hash_set(kv_hash *h, const char *f, size_t flen, const char *v,
              size_t vlen) {
-    kv_elem val;
-    if (elem_copy(&val, v, vlen) < 0) return -ENOMEM;
     dict_entry *e = dict_find(&h->d, f, flen);
     if (e) {
-        free(hash_value(e)->p);
-        *hash_value(e) = val;
+        /* The old value's memory takes the new one: as long, it is
+         * written over (no malloc and free a request, redis-benchmark's
+         * HSET setting one field again and again); of another length it
+         * is resized, and a failed resize leaves the old value. */
+        kv_elem *old = hash_value(e);
+        if (vlen != old->len) {
+            char *p = realloc(old->p, vlen ? vlen : 1);
+            if (!p) return -ENOMEM;
+            old->p = p;
+            old->len = vlen;
+        }
+        if (vlen) memcpy(old->p, v, vlen);
         return 0;
     }
+    kv_elem val;
+    if (elem_copy(&val, v, vlen) < 0) return -ENOMEM;
     e = dict_add(&h->d, f, flen);
     if (!e) {
         free(val.p);

@@ -90,7 +90,8 @@ typedef struct kv_hash {
 
 kv_hash *hash_new(void);
 void hash_free(kv_hash *h);
-/* Sets field to a copy of val: 1 a new field, 0 an old one, -ENOMEM. */
+/* Sets field to a copy of val (which must not point into h): 1 a new
+ * field, 0 an old one (its value's memory reused), -ENOMEM (unchanged). */
 int hash_set(kv_hash *h, const char *f, size_t flen, const char *v,
              size_t vlen);
 static inline kv_elem *hash_value(dict_entry *e) {
