@@ -412,7 +412,9 @@ static void push(kv *k, const resp_arg *a, size_t argc, bool left, bool only_x,
             return;
         }
     }
-    kv_list *l = make_of(k, &a[1], KV_LIST, &e, out);
+    /* (LPUSHX found its key already: not looked up again) */
+    kv_list *l =
+        only_x ? store_obj(e)->val : make_of(k, &a[1], KV_LIST, &e, out);
     if (!l) return;
     size_t i = 2;
     for (; i < argc; i++)
@@ -1509,32 +1511,40 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                      "pair\r\n");
         return;
     }
-    double *scores = malloc(elements * sizeof *scores);
+    /* The scores are all read before anything changes (a bad one refuses
+     * the whole ZADD). A few pairs, the common ZADD, keep them on the
+     * stack: no allocation per request. */
+    double few[16];
+    double *scores = elements <= sizeof few / sizeof *few
+                         ? few
+                         : malloc(elements * sizeof *scores);
     if (!scores) {
         reply_oom(out);
         return;
     }
     for (size_t i = 0; i < elements; i++)
         if (!arg_score(&a[first + 2 * i], &scores[i], out)) {
-            free(scores);
+            if (scores != few) free(scores);
             return;
         }
     dict_entry *e;
     if (!find_of(k, &a[1], KV_ZSET, &e, out)) {
-        free(scores);
+        if (scores != few) free(scores);
         return;
     }
     if (!e && (f & Z_XX)) { /* nothing to update, nothing made */
-        free(scores);
+        if (scores != few) free(scores);
         if (f & Z_INCR)
             reply_nil(out);
         else
             buf_str(out, ":0\r\n");
         return;
     }
-    kv_zset *z = make_of(k, &a[1], KV_ZSET, &e, out);
+    /* The key find_of found is used as it is: make_of would look it up
+     * again (it makes a missing one). */
+    kv_zset *z = e ? store_obj(e)->val : make_of(k, &a[1], KV_ZSET, &e, out);
     if (!z) {
-        free(scores);
+        if (scores != few) free(scores);
         return;
     }
     long long added = 0, changed = 0;
@@ -1556,7 +1566,7 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                 if (isnan(score)) {
                     buf_str(out,
                             "-ERR resulting score is not a number (NaN)\r\n");
-                    free(scores);
+                    if (scores != few) free(scores);
                     drop_if_empty(k, e, zset_len(z));
                     return;
                 }
@@ -1589,7 +1599,7 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                 added++;
         }
     }
-    free(scores);
+    if (scores != few) free(scores);
     /* Out of memory part way: the record repeats the pairs before the
      * one that failed (as SADD's does), not pairs never added. */
     if (oom) i--;

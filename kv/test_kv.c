@@ -4895,6 +4895,39 @@ TEST(scores_read_as_redis_reads_them) {
     kv_free(&k);
 }
 
+/* redis-benchmark's writes on a server with no replica (an idle log), each
+ * sent again and again to one key: once the key, member or field is
+ * there, a ZADD of its score or an HSET of a value as long changes
+ * memory nowhere, so it asks malloc for nothing (it asked for a score
+ * array per ZADD and a value copy per HSET, freed again). */
+TEST(repeated_benchmark_writes_allocate_nothing) {
+    static const char *const writes[] = {
+        "ZADD myzset 0 element:1", "ZADD myzset 1.5 element:2 -2 element:3",
+        "HSET myhash element:1 xxx", "SADD myset element:1"};
+    kv k;
+    kv_setup(&k, false);
+    k.log.idle = true;
+    buf out = {0};
+    for (size_t i = 0; i < sizeof writes / sizeof *writes; i++) {
+        exec_words(&k, &out, writes[i]); /* the key and member made */
+        exec_words(&k, &out, writes[i]); /* the reply buffer grown */
+        shim_reset(1);
+        fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM); /* every one fails */
+        arm(true);
+        const char *r = exec_words(&k, &out, writes[i]);
+        arm(false);
+        uint64_t asked = injected_total(K_MALLOC);
+        if (asked)
+            check_fail(__FILE__, __LINE__, "%s: %llu allocations (%s)",
+                       writes[i], (unsigned long long)asked, r);
+        CHECK(strcmp(r, ":0\r\n") == 0);
+    }
+    CHECK(strcmp(exec_words(&k, &out, "ZSCORE myzset element:3"),
+                 "$2\r\n-2\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(zadd_out_of_memory_logs_only_the_pairs_it_added) {
     /* A ZADD of several pairs that runs out of memory part way has added
      * the pairs before; its record must repeat just those, as SADD's and
