@@ -4928,6 +4928,52 @@ TEST(repeated_benchmark_writes_allocate_nothing) {
     kv_free(&k);
 }
 
+/* A score spelled as an integer is read without strtod when it is one
+ * kv_parse_i64 takes within +-2^53; every spelling, taken that way or not,
+ * gives strtod's value (ZSCORE shows it as %.17g; a -0 is kept as 0). */
+TEST(integer_scores_read_as_strtod_reads_them) {
+    static const char *const spell[] = {"0",
+                                        "-0",
+                                        "7",
+                                        "-7",
+                                        "007",
+                                        "+5",
+                                        "10",
+                                        "-10",
+                                        "123456789",
+                                        "9007199254740991",
+                                        "9007199254740992",
+                                        "9007199254740993",
+                                        "-9007199254740992",
+                                        "-9007199254740993",
+                                        "99999999999999999",
+                                        "12345678901234567",
+                                        "9223372036854775807",
+                                        "-9223372036854775808",
+                                        "18446744073709551616",
+                                        "1e3",
+                                        "0.5",
+                                        "-1.25"};
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    char line[128], want[64];
+    for (size_t i = 0; i < sizeof spell / sizeof *spell; i++) {
+        snprintf(line, sizeof line, "ZADD z %s m", spell[i]);
+        exec_words(&k, &out, line);
+        const char *r = exec_words(&k, &out, "ZSCORE z m");
+        double d = strtod(spell[i], NULL);
+        char num[40];
+        int n = snprintf(num, sizeof num, "%.17g", d == 0 ? 0 : d);
+        snprintf(want, sizeof want, "$%d\r\n%s\r\n", n, num);
+        if (strcmp(r, want) != 0)
+            check_fail(__FILE__, __LINE__, "ZADD %s: ZSCORE %s, not %s",
+                       spell[i], r, want);
+    }
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(zadd_out_of_memory_logs_only_the_pairs_it_added) {
     /* A ZADD of several pairs that runs out of memory part way has added
      * the pairs before; its record must repeat just those, as SADD's and
