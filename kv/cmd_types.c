@@ -466,8 +466,8 @@ static void cmd_lpop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     for (size_t i = 0; i < n; i++) {
         kv_elem x;
         list_pop(l, left, &x);
-        buf_bulk(out, x.p, x.len);
-        free(x.p);
+        buf_bulk(out, elem_bytes(&x), x.len);
+        elem_free(&x);
     }
     if (n) kv_log(k, a, argc);
     drop_if_empty(k, e, l->n);
@@ -501,7 +501,7 @@ static void cmd_lindex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     kv_elem *x = list_at(l, (size_t)i);
-    buf_bulk(out, x->p, x->len);
+    buf_bulk(out, elem_bytes(x), x->len);
 }
 
 static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -523,7 +523,7 @@ static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     size_t n = to - from + 1 - !!(k->plant & KV_PLANT_LRANGE_END);
     buf_int(out, '*', (long long)n);
     for (size_t i = from; i < from + n; i++)
-        buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
+        buf_bulk(out, elem_bytes(list_at(l, i)), list_at(l, i)->len);
 }
 
 /* LSET key index element: the key first (missing: no such key), then
@@ -617,8 +617,9 @@ static void cmd_linsert(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     kv_list *l = store_obj(e)->val;
     size_t i = 0;
-    while (i < l->n && (list_at(l, i)->len != a[3].len ||
-                        memcmp(list_at(l, i)->p, a[3].p, a[3].len) != 0))
+    while (i < l->n &&
+           (list_at(l, i)->len != a[3].len ||
+            memcmp(elem_bytes(list_at(l, i)), a[3].p, a[3].len) != 0))
         i++;
     if (i == l->n) {
         buf_str(out, ":-1\r\n");
@@ -696,7 +697,8 @@ static void cmd_lpos(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     long long matches = 0, found = 0;
     for (size_t i = 0; i < l->n && (maxlen == 0 || i < (size_t)maxlen); i++) {
         kv_elem *x = list_at(l, tail ? l->n - 1 - i : i);
-        if (x->len != a[2].len || memcmp(x->p, a[2].p, x->len) != 0) continue;
+        if (x->len != a[2].len || memcmp(elem_bytes(x), a[2].p, x->len) != 0)
+            continue;
         if (++matches < rank) continue;
         /* (KV_PLANT_LPOS_TAIL, repl.h: i from the tail) */
         bool at_i = !tail || (k->plant & KV_PLANT_LPOS_TAIL);
@@ -750,16 +752,19 @@ static void cmd_lmove(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     kv_list *from = store_obj(src)->val;
     kv_list *to = make_of(k, &a[2], KV_LIST, &dst, out);
     if (!to) return;
-    kv_elem *x = list_at(from, from_left ? 0 : from->n - 1);
-    if (list_push(to, to_left, x->p, x->len) < 0) {
+    /* A copy of the element (its bytes, or its pointer to them): the
+     * push may move the ring of a list moved onto itself, and with it
+     * an element's inline bytes. */
+    kv_elem x = *list_at(from, from_left ? 0 : from->n - 1);
+    if (list_push(to, to_left, elem_bytes(&x), x.len) < 0) {
         drop_if_empty(k, dst, to->n);
         reply_oom(out);
         return;
     }
     kv_elem v;
     list_pop(from, from_left, &v);
-    buf_bulk(out, v.p, v.len);
-    free(v.p);
+    buf_bulk(out, elem_bytes(&v), v.len);
+    elem_free(&v);
     kv_log(k, a, argc);
     drop_if_empty(k, src, from->n);
 }
@@ -1309,7 +1314,7 @@ static void cmd_hget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
     dict_entry *f = member(d, &a[2]);
     if (f)
-        buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+        buf_bulk(out, elem_bytes(hash_value(f)), hash_value(f)->len);
     else
         reply_nil(out);
 }
@@ -1323,7 +1328,7 @@ static void cmd_hmget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     for (size_t i = 2; i < argc; i++) {
         dict_entry *f = member(d, &a[i]);
         if (f)
-            buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+            buf_bulk(out, elem_bytes(hash_value(f)), hash_value(f)->len);
         else
             reply_nil(out);
     }
@@ -1336,7 +1341,7 @@ typedef struct pairs {
 static void hash_pair(const dict *d, dict_entry *f, void *arg) {
     buf *out = ((pairs *)arg)->out;
     buf_bulk(out, dict_key(d, f), f->klen);
-    buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+    buf_bulk(out, elem_bytes(hash_value(f)), hash_value(f)->len);
 }
 
 static void cmd_hgetall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -1368,7 +1373,7 @@ typedef struct hash_half {
 static void hash_one(const dict *d, dict_entry *f, void *arg) {
     hash_half *w = arg;
     if (w->values)
-        buf_bulk(w->out, hash_value(f)->p, hash_value(f)->len);
+        buf_bulk(w->out, elem_bytes(hash_value(f)), hash_value(f)->len);
     else
         buf_bulk(w->out, dict_key(d, f), f->klen);
 }
@@ -1430,7 +1435,7 @@ static void cmd_hincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
     dict_entry *f = e ? member(members(e), &a[2]) : NULL;
-    if (f && !kv_parse_i64(hash_value(f)->p, hash_value(f)->len, &v)) {
+    if (f && !kv_parse_i64(elem_bytes(hash_value(f)), hash_value(f)->len, &v)) {
         buf_str(out, "-ERR hash value is not an integer\r\n");
         return;
     }
@@ -1472,7 +1477,7 @@ static void cmd_hincrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
     dict_entry *f = e ? member(members(e), &a[2]) : NULL;
-    if (f && !kv_parse_ld(hash_value(f)->p, hash_value(f)->len, &v)) {
+    if (f && !kv_parse_ld(elem_bytes(hash_value(f)), hash_value(f)->len, &v)) {
         buf_str(out, "-ERR hash value is not a float\r\n");
         return;
     }
@@ -1967,7 +1972,7 @@ static void member_visit(const dict *d, dict_entry *m, void *arg) {
     buf_bulk(&w->tmp, name, m->klen);
     w->n++;
     if (w->type == KV_HASH) {
-        buf_bulk(&w->tmp, hash_value(m)->p, hash_value(m)->len);
+        buf_bulk(&w->tmp, elem_bytes(hash_value(m)), hash_value(m)->len);
         w->n++;
     } else if (w->type == KV_ZSET) {
         reply_score(&w->tmp, zset_member(m)->score);
