@@ -78,9 +78,7 @@ int64_t kv_now(kv *k) {
 }
 
 static void log_append(kv *k, const resp_arg *a, size_t argc) {
-    if (repl_log_reserve(&k->log, repl_record_len(a, argc)) < 0)
-        kv_oom("the write log");
-    repl_log_append(&k->log, a, argc);
+    if (repl_log_write(&k->log, a, argc) < 0) kv_oom("the write log");
 }
 
 /* KV_PLANT_ACK_BEFORE_LOG: the held write goes into the log now. Its
@@ -123,9 +121,7 @@ void kv_log(kv *k, const resp_arg *a, size_t argc) {
         log_append(k, &multi, 1);
         k->multi_logged = true;
     }
-    if (repl_log_reserve(&k->log, repl_record_len(a, argc)) < 0)
-        kv_oom("the write log");
-    repl_log_append(&k->log, a, argc);
+    if (repl_log_write(&k->log, a, argc) < 0) kv_oom("the write log");
 }
 
 /* A primary deletes a key whose time has come and logs the DEL that

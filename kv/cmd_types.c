@@ -126,6 +126,16 @@ static void reply_score(buf *out, double d) {
  * range (an overflow to infinity or an underflow to zero; a subnormal is
  * taken). A spelling longer than the stack copy is copied to the heap. */
 static bool arg_score(const resp_arg *a, double *d, buf *out) {
+    /* An integer as kv_parse_i64 takes it (no sign but '-', no leading
+     * zero, no "-0") within +-2^53 is a double exactly: strtod's answer,
+     * without its copy and its ~150 instructions (redis-benchmark's ZADD
+     * sends "0"). Any other spelling goes to strtod. */
+    long long v;
+    if (a->len <= 17 && kv_parse_i64(a->p, a->len, &v) && v >= -(1LL << 53) &&
+        v <= 1LL << 53) {
+        *d = (double)v;
+        return true;
+    }
     char small[64], *tmp = small;
     bool ok = false;
     if (a->len == 0) goto done;
@@ -412,7 +422,9 @@ static void push(kv *k, const resp_arg *a, size_t argc, bool left, bool only_x,
             return;
         }
     }
-    kv_list *l = make_of(k, &a[1], KV_LIST, &e, out);
+    /* (LPUSHX found its key already: not looked up again) */
+    kv_list *l =
+        only_x ? store_obj(e)->val : make_of(k, &a[1], KV_LIST, &e, out);
     if (!l) return;
     size_t i = 2;
     for (; i < argc; i++)
@@ -454,8 +466,8 @@ static void cmd_lpop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     for (size_t i = 0; i < n; i++) {
         kv_elem x;
         list_pop(l, left, &x);
-        buf_bulk(out, x.p, x.len);
-        free(x.p);
+        buf_bulk(out, elem_bytes(&x), x.len);
+        elem_free(&x);
     }
     if (n) kv_log(k, a, argc);
     drop_if_empty(k, e, l->n);
@@ -489,7 +501,7 @@ static void cmd_lindex(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     kv_elem *x = list_at(l, (size_t)i);
-    buf_bulk(out, x->p, x->len);
+    buf_bulk(out, elem_bytes(x), x->len);
 }
 
 static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -511,7 +523,7 @@ static void cmd_lrange(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     size_t n = to - from + 1 - !!(k->plant & KV_PLANT_LRANGE_END);
     buf_int(out, '*', (long long)n);
     for (size_t i = from; i < from + n; i++)
-        buf_bulk(out, list_at(l, i)->p, list_at(l, i)->len);
+        buf_bulk(out, elem_bytes(list_at(l, i)), list_at(l, i)->len);
 }
 
 /* LSET key index element: the key first (missing: no such key), then
@@ -605,8 +617,9 @@ static void cmd_linsert(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     kv_list *l = store_obj(e)->val;
     size_t i = 0;
-    while (i < l->n && (list_at(l, i)->len != a[3].len ||
-                        memcmp(list_at(l, i)->p, a[3].p, a[3].len) != 0))
+    while (i < l->n &&
+           (list_at(l, i)->len != a[3].len ||
+            memcmp(elem_bytes(list_at(l, i)), a[3].p, a[3].len) != 0))
         i++;
     if (i == l->n) {
         buf_str(out, ":-1\r\n");
@@ -684,7 +697,8 @@ static void cmd_lpos(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     long long matches = 0, found = 0;
     for (size_t i = 0; i < l->n && (maxlen == 0 || i < (size_t)maxlen); i++) {
         kv_elem *x = list_at(l, tail ? l->n - 1 - i : i);
-        if (x->len != a[2].len || memcmp(x->p, a[2].p, x->len) != 0) continue;
+        if (x->len != a[2].len || memcmp(elem_bytes(x), a[2].p, x->len) != 0)
+            continue;
         if (++matches < rank) continue;
         /* (KV_PLANT_LPOS_TAIL, repl.h: i from the tail) */
         bool at_i = !tail || (k->plant & KV_PLANT_LPOS_TAIL);
@@ -738,16 +752,19 @@ static void cmd_lmove(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     kv_list *from = store_obj(src)->val;
     kv_list *to = make_of(k, &a[2], KV_LIST, &dst, out);
     if (!to) return;
-    kv_elem *x = list_at(from, from_left ? 0 : from->n - 1);
-    if (list_push(to, to_left, x->p, x->len) < 0) {
+    /* A copy of the element (its bytes, or its pointer to them): the
+     * push may move the ring of a list moved onto itself, and with it
+     * an element's inline bytes. */
+    kv_elem x = *list_at(from, from_left ? 0 : from->n - 1);
+    if (list_push(to, to_left, elem_bytes(&x), x.len) < 0) {
         drop_if_empty(k, dst, to->n);
         reply_oom(out);
         return;
     }
     kv_elem v;
     list_pop(from, from_left, &v);
-    buf_bulk(out, v.p, v.len);
-    free(v.p);
+    buf_bulk(out, elem_bytes(&v), v.len);
+    elem_free(&v);
     kv_log(k, a, argc);
     drop_if_empty(k, src, from->n);
 }
@@ -1297,7 +1314,7 @@ static void cmd_hget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (!find_members(k, &a[1], KV_HASH, &d, out)) return;
     dict_entry *f = member(d, &a[2]);
     if (f)
-        buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+        buf_bulk(out, elem_bytes(hash_value(f)), hash_value(f)->len);
     else
         reply_nil(out);
 }
@@ -1311,7 +1328,7 @@ static void cmd_hmget(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     for (size_t i = 2; i < argc; i++) {
         dict_entry *f = member(d, &a[i]);
         if (f)
-            buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+            buf_bulk(out, elem_bytes(hash_value(f)), hash_value(f)->len);
         else
             reply_nil(out);
     }
@@ -1324,7 +1341,7 @@ typedef struct pairs {
 static void hash_pair(const dict *d, dict_entry *f, void *arg) {
     buf *out = ((pairs *)arg)->out;
     buf_bulk(out, dict_key(d, f), f->klen);
-    buf_bulk(out, hash_value(f)->p, hash_value(f)->len);
+    buf_bulk(out, elem_bytes(hash_value(f)), hash_value(f)->len);
 }
 
 static void cmd_hgetall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
@@ -1356,7 +1373,7 @@ typedef struct hash_half {
 static void hash_one(const dict *d, dict_entry *f, void *arg) {
     hash_half *w = arg;
     if (w->values)
-        buf_bulk(w->out, hash_value(f)->p, hash_value(f)->len);
+        buf_bulk(w->out, elem_bytes(hash_value(f)), hash_value(f)->len);
     else
         buf_bulk(w->out, dict_key(d, f), f->klen);
 }
@@ -1418,7 +1435,7 @@ static void cmd_hincrby(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
     dict_entry *f = e ? member(members(e), &a[2]) : NULL;
-    if (f && !kv_parse_i64(hash_value(f)->p, hash_value(f)->len, &v)) {
+    if (f && !kv_parse_i64(elem_bytes(hash_value(f)), hash_value(f)->len, &v)) {
         buf_str(out, "-ERR hash value is not an integer\r\n");
         return;
     }
@@ -1460,7 +1477,7 @@ static void cmd_hincrbyfloat(kv *k, kv_client *cl, const resp_arg *a,
     dict_entry *e;
     if (!find_of(k, &a[1], KV_HASH, &e, out)) return;
     dict_entry *f = e ? member(members(e), &a[2]) : NULL;
-    if (f && !kv_parse_ld(hash_value(f)->p, hash_value(f)->len, &v)) {
+    if (f && !kv_parse_ld(elem_bytes(hash_value(f)), hash_value(f)->len, &v)) {
         buf_str(out, "-ERR hash value is not a float\r\n");
         return;
     }
@@ -1509,32 +1526,40 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                      "pair\r\n");
         return;
     }
-    double *scores = malloc(elements * sizeof *scores);
+    /* The scores are all read before anything changes (a bad one refuses
+     * the whole ZADD). A few pairs, the common ZADD, keep them on the
+     * stack: no allocation per request. */
+    double few[16];
+    double *scores = elements <= sizeof few / sizeof *few
+                         ? few
+                         : malloc(elements * sizeof *scores);
     if (!scores) {
         reply_oom(out);
         return;
     }
     for (size_t i = 0; i < elements; i++)
         if (!arg_score(&a[first + 2 * i], &scores[i], out)) {
-            free(scores);
+            if (scores != few) free(scores);
             return;
         }
     dict_entry *e;
     if (!find_of(k, &a[1], KV_ZSET, &e, out)) {
-        free(scores);
+        if (scores != few) free(scores);
         return;
     }
     if (!e && (f & Z_XX)) { /* nothing to update, nothing made */
-        free(scores);
+        if (scores != few) free(scores);
         if (f & Z_INCR)
             reply_nil(out);
         else
             buf_str(out, ":0\r\n");
         return;
     }
-    kv_zset *z = make_of(k, &a[1], KV_ZSET, &e, out);
+    /* The key find_of found is used as it is: make_of would look it up
+     * again (it makes a missing one). */
+    kv_zset *z = e ? store_obj(e)->val : make_of(k, &a[1], KV_ZSET, &e, out);
     if (!z) {
-        free(scores);
+        if (scores != few) free(scores);
         return;
     }
     long long added = 0, changed = 0;
@@ -1556,7 +1581,7 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                 if (isnan(score)) {
                     buf_str(out,
                             "-ERR resulting score is not a number (NaN)\r\n");
-                    free(scores);
+                    if (scores != few) free(scores);
                     drop_if_empty(k, e, zset_len(z));
                     return;
                 }
@@ -1589,7 +1614,7 @@ static void zadd(kv *k, const resp_arg *a, size_t argc, unsigned f,
                 added++;
         }
     }
-    free(scores);
+    if (scores != few) free(scores);
     /* Out of memory part way: the record repeats the pairs before the
      * one that failed (as SADD's does), not pairs never added. */
     if (oom) i--;
@@ -1947,7 +1972,7 @@ static void member_visit(const dict *d, dict_entry *m, void *arg) {
     buf_bulk(&w->tmp, name, m->klen);
     w->n++;
     if (w->type == KV_HASH) {
-        buf_bulk(&w->tmp, hash_value(m)->p, hash_value(m)->len);
+        buf_bulk(&w->tmp, elem_bytes(hash_value(m)), hash_value(m)->len);
         w->n++;
     } else if (w->type == KV_ZSET) {
         reply_score(&w->tmp, zset_member(m)->score);

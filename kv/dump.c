@@ -55,7 +55,7 @@ void kv_dump(kv *k, buf *d) {
         } else if (o->type == KV_LIST) {
             kv_list *l = o->val;
             for (size_t j = 0; j < l->n; j++) {
-                buf_put(d, list_at(l, j)->p, list_at(l, j)->len);
+                buf_put(d, elem_bytes(list_at(l, j)), list_at(l, j)->len);
                 buf_str(d, ",");
             }
         } else if (o->type == KV_ZSET) {
@@ -79,7 +79,7 @@ void kv_dump(kv *k, buf *d) {
                     memcpy(items[m].p, dict_key(sd, f), f->klen);
                     if (v) {
                         items[m].p[f->klen] = '=';
-                        memcpy(items[m].p + f->klen + 1, v->p, v->len);
+                        memcpy(items[m].p + f->klen + 1, elem_bytes(v), v->len);
                     }
                     items[m].len = len;
                     m++;

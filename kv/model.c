@@ -2119,8 +2119,8 @@ bool model_from_store(const store *st, const char *key, int64_t now,
                     out->len + 2 + f->klen + x->len > MODEL_VAL_MAX)
                     return false;
                 bool there = field_at(out, dict_key(d, f), f->klen, &at);
-                field_put(out, at, there, dict_key(d, f), f->klen, x->p,
-                          x->len);
+                field_put(out, at, there, dict_key(d, f), f->klen,
+                          elem_bytes(x), x->len);
             }
         return true;
     }
@@ -2151,7 +2151,7 @@ bool model_from_store(const store *st, const char *key, int64_t now,
         kv_elem *x = list_at(l, i);
         if (x->len > 255 || out->len + 1 + x->len > MODEL_VAL_MAX) return false;
         out->v[out->len++] = (char)x->len;
-        memcpy(out->v + out->len, x->p, x->len);
+        memcpy(out->v + out->len, elem_bytes(x), x->len);
         out->len += (uint32_t)x->len;
         out->items++;
     }

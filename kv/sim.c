@@ -2685,7 +2685,8 @@ static bool same_members(int t, kobj *x, kobj *y) {
             if (!f) return false;
             if (t == KV_HASH) {
                 kv_elem *u = hash_value(e), *v = hash_value(f);
-                if (u->len != v->len || memcmp(u->p, v->p, u->len) != 0)
+                if (u->len != v->len ||
+                    memcmp(elem_bytes(u), elem_bytes(v), u->len) != 0)
                     return false;
             } else if (t == KV_ZSET &&
                        memcmp(&zset_member(e)->score, &zset_member(f)->score,
@@ -2719,7 +2720,8 @@ static int same_keys(kv *a, kv *b) {
                 if (l->n != m->n) return 0;
                 for (size_t j = 0; j < l->n; j++) {
                     kv_elem *u = list_at(l, j), *v = list_at(m, j);
-                    if (u->len != v->len || memcmp(u->p, v->p, u->len) != 0)
+                    if (u->len != v->len ||
+                        memcmp(elem_bytes(u), elem_bytes(v), u->len) != 0)
                         return 0;
                 }
             } else if (x->type == KV_SET || x->type == KV_HASH ||

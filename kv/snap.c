@@ -67,7 +67,7 @@ static void list_records(snap *s, const char *key, size_t klen, kv_list *l,
         size_t m = batch(l->n - i);
         start(s, "RPUSH", m, key, klen);
         for (size_t j = 0; j < m; j++, i++)
-            arg(s, list_at(l, i)->p, list_at(l, i)->len);
+            arg(s, elem_bytes(list_at(l, i)), list_at(l, i)->len);
     }
 }
 
@@ -83,7 +83,7 @@ static void dict_records(snap *s, const char *key, size_t klen, dict *d,
             while (!e)
                 e = d->buckets[b++];
             arg(s, dict_key(d, e), e->klen);
-            if (hash) arg(s, hash_value(e)->p, hash_value(e)->len);
+            if (hash) arg(s, elem_bytes(hash_value(e)), hash_value(e)->len);
             e = e->next;
         }
         left -= m;

@@ -1883,7 +1883,7 @@ TEST(list_and_set_arrays_shrink_as_they_empty) {
         case 0: /* LPOP and RPOP, by turns */
             for (int i = 0; l->n > 1; i++) {
                 list_pop(l, i % 2, &e);
-                free(e.p);
+                elem_free(&e);
             }
             break;
         case 1: /* LTRIM l 1 1 */
@@ -1893,19 +1893,19 @@ TEST(list_and_set_arrays_shrink_as_they_empty) {
             CHECK_EQ(list_remove(l, "x", 1, N / 2, true), N / 2);
             CHECK_EQ(list_remove(l, "x", 1, 0, false), N - 1 - N / 2);
             CHECK_EQ(l->n, 1);
-            CHECK(list_at(l, 0)->p[0] == '0');
+            CHECK(elem_bytes(list_at(l, 0))[0] == '0');
             break;
         default: /* pushed and popped around a small size: no shrink */
             while (l->n > 40) {
                 list_pop(l, false, &e);
-                free(e.p);
+                elem_free(&e);
             }
             CHECK(l->cap <= 256);
             for (int i = 0; i < 1000; i++) {
                 size_t cap = l->cap;
                 CHECK_EQ(list_push(l, false, "x", 1), 0);
                 list_pop(l, true, &e);
-                free(e.p);
+                elem_free(&e);
                 CHECK_EQ(l->cap, cap);
             }
             break;
@@ -1923,6 +1923,36 @@ TEST(list_and_set_arrays_shrink_as_they_empty) {
     dict_entry *m = s->arr[0];
     CHECK(dict_find(&s->d, dict_key(&s->d, m), m->klen) == m);
     set_free(s);
+}
+
+/* HSET of a field that is there (redis-benchmark's HSET: one field, set
+ * again and again) writes the new value over the old one when it has the
+ * same length, or when both are short enough to be held inline: no
+ * allocation, a long value's memory stays where it was. A value of
+ * another length takes the field's value whole, and the field is still
+ * one entry. */
+TEST(hash_set_of_a_field_there_reuses_its_value) {
+    kv_hash *h = hash_new();
+    CHECK(h);
+    CHECK_EQ(hash_set(h, "f", 1, "abcdefghijkl", 12), 1);
+    dict_entry *e = dict_find(&h->d, "f", 1);
+    CHECK(e);
+    const char *was = elem_bytes(hash_value(e));
+    CHECK_EQ(hash_set(h, "f", 1, "0123456789xy", 12), 0);
+    CHECK(dict_find(&h->d, "f", 1) == e);
+    CHECK(elem_bytes(hash_value(e)) == was);
+    CHECK_EQ(hash_value(e)->len, 12);
+    CHECK(memcmp(elem_bytes(hash_value(e)), "0123456789xy", 12) == 0);
+    static const char *const next[] = {
+        "xyz", "", "12345678", "longer value", "a", "exactly9!", "ab"};
+    for (size_t i = 0; i < sizeof next / sizeof *next; i++) {
+        size_t n = strlen(next[i]);
+        CHECK_EQ(hash_set(h, "f", 1, next[i], n), 0);
+        CHECK_EQ(hash_value(e)->len, n);
+        CHECK(memcmp(elem_bytes(hash_value(e)), next[i], n) == 0);
+    }
+    CHECK_EQ(h->d.count, 1);
+    hash_free(h);
 }
 
 TEST(zset_ranks_follow_a_model) {
@@ -2113,6 +2143,37 @@ TEST(idle_log_counts_records_and_keeps_none) {
     CHECK(rec != NULL);
     CHECK_EQ(got, len);
     CHECK(memcmp(rec, "*3\r\n$3\r\nSET\r\n", 13) == 0);
+    repl_log_free(&log);
+}
+
+/* repl_log_write, the write path's one call (kv_log): idle, it moves end
+ * and base by the record's length and keeps nothing; kept, it appends the
+ * same record repl_log_reserve + repl_log_append would. */
+TEST(log_write_counts_when_idle_and_appends_when_kept) {
+    repl_log log;
+    repl_log_init(&log);
+    log.idle = true;
+    char v[300]; /* a length of three digits */
+    memset(v, 'v', sizeof v);
+    resp_arg a[3] = {{"SET", 3}, {"key", 3}, {v, sizeof v}};
+    size_t len = repl_record_len(a, 3);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(repl_log_write(&log, a, 3), 0);
+    CHECK_U64_EQ(log.end, 5 * len);
+    CHECK_U64_EQ(log.base, log.end);
+    CHECK_EQ(log.nchunks, 0);
+    CHECK_EQ(log.nrec, 0);
+    repl_log_keep(&log);
+    CHECK_EQ(repl_log_write(&log, a, 3), 0);
+    CHECK_U64_EQ(log.end, 6 * len);
+    CHECK_EQ(log.nrec, 1);
+    repl_cursor cur;
+    CHECK_EQ(repl_log_seek(&log, 5 * len, &cur), 0);
+    size_t got;
+    const char *rec = repl_log_next(&log, &cur, &got);
+    CHECK(rec != NULL);
+    CHECK_EQ(got, len);
+    CHECK(memcmp(rec, "*3\r\n$3\r\nSET\r\n$3\r\nkey\r\n$300\r\nvvv", 31) == 0);
     repl_log_free(&log);
 }
 
@@ -4837,6 +4898,115 @@ TEST(scores_read_as_redis_reads_them) {
     kv_free(&k);
 }
 
+/* redis-benchmark's writes on a server with no replica (an idle log), each
+ * sent again and again to one key: once the key, member or field is
+ * there, a ZADD of its score or an HSET of a value as long changes
+ * memory nowhere, and an element of a few bytes pushed on a list with
+ * room is held in its slot, so each asks malloc for nothing (they asked
+ * for a score array per ZADD, a value copy per HSET and an element copy
+ * per push). */
+TEST(repeated_benchmark_writes_allocate_nothing) {
+    static const char *const writes[][2] = {
+        {"ZADD myzset 0 element:1", ":0\r\n"},
+        {"ZADD myzset 1.5 element:2 -2 element:3", ":0\r\n"},
+        {"HSET myhash element:1 xxx", ":0\r\n"},
+        {"SADD myset element:1", ":0\r\n"},
+        {"LPUSH mylist xxx", ":3\r\n"},
+        {"RPUSH mylist 12345678", ":6\r\n"},
+        {"RPOP mylist", "$8\r\n12345678\r\n"}};
+    kv k;
+    kv_setup(&k, false);
+    k.log.idle = true;
+    buf out = {0};
+    for (size_t i = 0; i < sizeof writes / sizeof *writes; i++) {
+        exec_words(&k, &out, writes[i][0]); /* the key and member made */
+        exec_words(&k, &out, writes[i][0]); /* the reply buffer grown */
+        shim_reset(1);
+        fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM); /* every one fails */
+        arm(true);
+        const char *r = exec_words(&k, &out, writes[i][0]);
+        arm(false);
+        uint64_t asked = injected_total(K_MALLOC);
+        if (asked)
+            check_fail(__FILE__, __LINE__, "%s: %llu allocations (%s)",
+                       writes[i][0], (unsigned long long)asked, r);
+        CHECK(strcmp(r, writes[i][1]) == 0);
+    }
+    CHECK(strcmp(exec_words(&k, &out, "ZSCORE myzset element:3"),
+                 "$2\r\n-2\r\n") == 0);
+    CHECK(strcmp(exec_words(&k, &out, "LRANGE mylist 0 -1"),
+                 "*3\r\n$3\r\nxxx\r\n$3\r\nxxx\r\n$3\r\nxxx\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+/* LMOVE and RPOPLPUSH of a list onto itself when its ring is full: the
+ * push grows the ring, which moves the element being moved (its bytes
+ * are in its slot when short), so the push takes a copy of it first. */
+TEST(list_moved_onto_itself_as_its_ring_grows) {
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    exec_words(&k, &out, "RPUSH l a b c d e f g h"); /* 8: the ring full */
+    CHECK(strcmp(exec_words(&k, &out, "LMOVE l l LEFT RIGHT"), "$1\r\na\r\n") ==
+          0);
+    exec_words(&k, &out, "RPUSH l i j k l m n o p"); /* 16: full again */
+    CHECK(strcmp(exec_words(&k, &out, "RPOPLPUSH l l"), "$1\r\np\r\n") == 0);
+    CHECK(strcmp(exec_words(&k, &out, "LRANGE l 0 -1"),
+                 "*16\r\n$1\r\np\r\n$1\r\nb\r\n$1\r\nc\r\n$1\r\nd\r\n"
+                 "$1\r\ne\r\n$1\r\nf\r\n$1\r\ng\r\n$1\r\nh\r\n"
+                 "$1\r\na\r\n$1\r\ni\r\n$1\r\nj\r\n$1\r\nk\r\n"
+                 "$1\r\nl\r\n$1\r\nm\r\n$1\r\nn\r\n$1\r\no\r\n") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+/* A score spelled as an integer is read without strtod when it is one
+ * kv_parse_i64 takes within +-2^53; every spelling, taken that way or not,
+ * gives strtod's value (ZSCORE shows it as %.17g; a -0 is kept as 0). */
+TEST(integer_scores_read_as_strtod_reads_them) {
+    static const char *const spell[] = {"0",
+                                        "-0",
+                                        "7",
+                                        "-7",
+                                        "007",
+                                        "+5",
+                                        "10",
+                                        "-10",
+                                        "123456789",
+                                        "9007199254740991",
+                                        "9007199254740992",
+                                        "9007199254740993",
+                                        "-9007199254740992",
+                                        "-9007199254740993",
+                                        "99999999999999999",
+                                        "12345678901234567",
+                                        "9223372036854775807",
+                                        "-9223372036854775808",
+                                        "18446744073709551616",
+                                        "1e3",
+                                        "0.5",
+                                        "-1.25"};
+    kv k;
+    kv_setup(&k, false);
+    buf out = {0};
+    char line[128], want[64];
+    for (size_t i = 0; i < sizeof spell / sizeof *spell; i++) {
+        snprintf(line, sizeof line, "ZADD z %s m", spell[i]);
+        exec_words(&k, &out, line);
+        const char *r = exec_words(&k, &out, "ZSCORE z m");
+        double d = strtod(spell[i], NULL);
+        char num[40];
+        int n = snprintf(num, sizeof num, "%.17g", d == 0 ? 0 : d);
+        snprintf(want, sizeof want, "$%d\r\n%s\r\n", n, num);
+        if (strcmp(r, want) != 0)
+            check_fail(__FILE__, __LINE__, "ZADD %s: ZSCORE %s, not %s",
+                       spell[i], r, want);
+    }
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(zadd_out_of_memory_logs_only_the_pairs_it_added) {
     /* A ZADD of several pairs that runs out of memory part way has added
      * the pairs before; its record must repeat just those, as SADD's and
@@ -6508,12 +6678,12 @@ TEST(list_insert_at_every_place) {
                 if (i % 2) {
                     kv_elem e;
                     list_pop(l, false, &e);
-                    CHECK_EQ(list_push(l, true, e.p, 1), 0);
-                    free(e.p);
+                    CHECK_EQ(list_push(l, true, elem_bytes(&e), 1), 0);
+                    elem_free(&e);
                     kv_elem f;
                     list_pop(l, true, &f);
-                    CHECK_EQ(list_push(l, false, f.p, 1), 0);
-                    free(f.p);
+                    CHECK_EQ(list_push(l, false, elem_bytes(&f), 1), 0);
+                    elem_free(&f);
                 }
             }
             CHECK_EQ(list_insert(l, at, "X", 1), 0);
@@ -6522,7 +6692,7 @@ TEST(list_insert_at_every_place) {
                 char want = i < at    ? (char)('a' + i)
                             : i == at ? 'X'
                                       : (char)('a' + i - 1);
-                CHECK_EQ(list_at(l, i)->p[0], want);
+                CHECK_EQ(elem_bytes(list_at(l, i))[0], want);
             }
             list_free(l);
         }
@@ -6783,7 +6953,7 @@ TEST(shrink_never_thrashes_at_a_size_boundary) {
                     CHECK(dict_add(&d, m, (size_t)len));
                 } else {
                     list_pop(l, false, &e);
-                    free(e.p);
+                    elem_free(&e);
                     /* "x", or at way 1's first step "m0" */
                     const char *k = step == 0 ? "m0" : m;
                     size_t klen = step == 0 ? 2 : (size_t)len;

@@ -13,9 +13,9 @@
 #include <string.h>
 
 static int elem_copy(kv_elem *e, const char *p, size_t len) {
-    e->p = malloc(len ? len : 1);
-    if (!e->p) return -ENOMEM;
-    if (len) memcpy(e->p, p, len);
+    char *to = e->u.in;
+    if (len > KV_ELEM_INLINE && !(to = e->u.heap = malloc(len))) return -ENOMEM;
+    if (len) memcpy(to, p, len);
     e->len = len;
     return 0;
 }
@@ -46,7 +46,7 @@ kv_list *list_new(void) {
 void list_free(kv_list *l) {
     if (!l) return;
     for (size_t i = 0; i < l->n; i++)
-        free(list_at(l, i)->p);
+        elem_free(list_at(l, i));
     free(l->a);
     free(l);
 }
@@ -130,13 +130,13 @@ int list_insert(kv_list *l, size_t i, const char *p, size_t len) {
 int list_set(kv_list *l, size_t i, const char *p, size_t len) {
     kv_elem e;
     if (elem_copy(&e, p, len) < 0) return -ENOMEM;
-    free(list_at(l, i)->p);
+    elem_free(list_at(l, i));
     *list_at(l, i) = e;
     return 0;
 }
 
 static bool elem_is(const kv_elem *e, const char *p, size_t len) {
-    return e->len == len && memcmp(e->p, p, len) == 0;
+    return e->len == len && memcmp(elem_bytes(e), p, len) == 0;
 }
 
 size_t list_remove(kv_list *l, const char *p, size_t len, uint64_t most,
@@ -147,7 +147,7 @@ size_t list_remove(kv_list *l, const char *p, size_t len, uint64_t most,
     for (size_t r = 0, w = 0; r < n; r++) {
         kv_elem *x = list_at(l, from_tail ? n - 1 - r : r);
         if ((most == 0 || gone < most) && elem_is(x, p, len)) {
-            free(x->p);
+            elem_free(x);
             gone++;
             continue;
         }
@@ -164,11 +164,11 @@ void list_trim(kv_list *l, size_t left, size_t right) {
     kv_elem e;
     while (left--) {
         list_pop(l, true, &e);
-        free(e.p);
+        elem_free(&e);
     }
     while (right--) {
         list_pop(l, false, &e);
-        free(e.p);
+        elem_free(&e);
     }
 }
 
@@ -244,7 +244,7 @@ kv_hash *hash_new(void) {
 static void free_value(dict *d, dict_entry *e, void *arg) {
     (void)d;
     (void)arg;
-    free(hash_value(e)->p);
+    elem_free(hash_value(e));
 }
 
 void hash_free(kv_hash *h) {
@@ -256,17 +256,31 @@ void hash_free(kv_hash *h) {
 
 int hash_set(kv_hash *h, const char *f, size_t flen, const char *v,
              size_t vlen) {
-    kv_elem val;
-    if (elem_copy(&val, v, vlen) < 0) return -ENOMEM;
     dict_entry *e = dict_find(&h->d, f, flen);
     if (e) {
-        free(hash_value(e)->p);
-        *hash_value(e) = val;
+        /* The old value's memory takes the new one: as long, or both
+         * short enough to be held inline, it is written over (no malloc
+         * and free a request, redis-benchmark's HSET setting one field
+         * again and again); otherwise a new copy replaces it, and a copy
+         * that fails leaves the old value. */
+        kv_elem *old = hash_value(e);
+        if (vlen == old->len ||
+            (vlen <= KV_ELEM_INLINE && old->len <= KV_ELEM_INLINE)) {
+            if (vlen) memcpy((char *)elem_bytes(old), v, vlen);
+            old->len = vlen;
+            return 0;
+        }
+        kv_elem val;
+        if (elem_copy(&val, v, vlen) < 0) return -ENOMEM;
+        elem_free(old);
+        *old = val;
         return 0;
     }
+    kv_elem val;
+    if (elem_copy(&val, v, vlen) < 0) return -ENOMEM;
     e = dict_add(&h->d, f, flen);
     if (!e) {
-        free(val.p);
+        elem_free(&val);
         return -ENOMEM;
     }
     *hash_value(e) = val;
@@ -274,7 +288,7 @@ int hash_set(kv_hash *h, const char *f, size_t flen, const char *v,
 }
 
 void hash_delete(kv_hash *h, dict_entry *e) {
-    free(hash_value(e)->p);
+    elem_free(hash_value(e));
     dict_delete(&h->d, e);
 }
 
