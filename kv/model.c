@@ -2093,6 +2093,21 @@ void model_settle(model_key *k, int64_t lo) {
     }
 }
 
+void model_exists(const model_key *k, int64_t lo, int64_t hi, bool *may,
+                  bool *must) {
+    *may = false;
+    *must = true;
+    for (int i = 0; i < k->n; i++) {
+        const model_val *s = &k->c[i];
+        if (s->type == MODEL_NONE) {
+            *must = false;
+            continue;
+        }
+        if (!s->expire || s->expire_hi >= lo) *may = true;
+        if (s->expire && store_expired(s->expire, hi)) *must = false;
+    }
+}
+
 bool model_from_store(const store *st, const char *key, int64_t now,
                       model_val *out) {
     memset(out, 0, sizeof *out);

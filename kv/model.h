@@ -249,6 +249,12 @@ void model_settle(model_key *k, int64_t lo);
 size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out);
 
+/* Whether some state of k is a key at some instant in [lo, hi] (*may),
+ * and whether every state is one at every instant of it (*must): what a
+ * KEYS or SCAN run in [lo, hi] may and must name. */
+void model_exists(const model_key *k, int64_t lo, int64_t hi, bool *may,
+                  bool *must);
+
 /* A key as a store holds it, read into the model's terms (MODEL_NONE
  * when missing or expired at `now`). False when it holds what the model
  * does not know (another type, a longer value). */

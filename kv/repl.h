@@ -170,6 +170,9 @@ enum {
 /* The primary resumes a replica that asks from a record boundary of its
  * log whatever replid it names: one from another history too. */
 #define KV_PLANT_RESUME_REPLID (1ull << 39)
+/* SCAN with MATCH answers cursor 0 after a step that matched nothing:
+ * the walk ends early. */
+#define KV_PLANT_SCAN_MATCH_END (1ull << 41)
 
 /* A sender's place in the log: the next record and the chunk holding it,
  * both numbered since the log began (a trim does not move them). */

@@ -30,7 +30,8 @@
  * flight (most often on a big read). When the clients are done the network
  * heals and the cluster settles. The server is lull-kv's own code (node.c,
  * conn.c, link.c, cmd*.c), the socket program's, over a kv_net of the simulated
- * network's.
+ * network's. A third of the seeds (`extra`) also send KEYS and SCAN MATCH
+ * COUNT walks of a client's keys.
  *
  * Checked, per seed (docs/SIMULATION.md has what this proves and what
  * it cannot see):
@@ -59,6 +60,10 @@
  *   - a log line a correct cluster never writes (a malformed record,
  *     ...) fails the seed at once, as logged; a replica that drops its
  *     link says why;
+ *   - KEYS names each key the model allows there at some instant of
+ *     its window, and none it says is gone throughout (key by key); a
+ *     SCAN MATCH walk names only keys there at some instant since its
+ *     first step, and by cursor 0 every one there at every reply since;
  *   - at the end every key the clients know holds what the model says,
  *     on the primary; every replica's link is up, at the primary's
  *     offset, with its keyspace byte for byte (pending TTLs too); what
@@ -100,7 +105,8 @@
  *                      msetnx-partial, lpos-tail, expire-seconds,
  *                      smove-same, zpop-past, setstore-source,
  *                      zscore-exclusive, zremrank-negative, scan-skip,
- *                      blob-inplace, resume-replid: lull-kv's;
+ *                      blob-inplace, resume-replid,
+ *                      scan-match-end: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's; hang,
  *                      crash: the simulator's own, for --hang-seconds and
@@ -196,7 +202,8 @@ typedef struct node {
 
 /* P_MKEY: MSET, MGET, DEL or MSETNX of 2 or 3 of the client's keys,
  * checked key by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL, OP_SET_NX). */
-enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT };
+/* P_KEYS: KEYS, or a step of a SCAN MATCH walk (keys_send). */
+enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT, P_KEYS };
 
 /* A request in flight: one command, a transaction, or the DEL that
  * forgets the keys a failed connection left uncertain. */
@@ -215,6 +222,8 @@ typedef struct pending {
     uint64_t ttl_sent_ns, ttl_done_ns;
     int ttl_px;
     unsigned ttl_seq;
+    int pat;   /* P_KEYS: its pattern (key_pats) */
+    bool walk; /* P_KEYS: a SCAN step, not KEYS */
 } pending;
 
 /* C_HUNG_UP: it closed with requests in flight (hang_up), and waits for
@@ -295,6 +304,15 @@ typedef struct client {
     int scan_key, scan_op;
     uint64_t scan_cursor;
     bool scan_flying, scan_begun;
+    /* A SCAN MATCH walk of the keyspace (seeds with `extra`): its pattern
+     * (key_pats; -1: none), next cursor, a step in flight, the first
+     * back; and of the client's keys (bit i: cN:ki) those there at every
+     * reply since its first step, there at some instant since, and named
+     * by its steps. */
+    int ks_pat;
+    uint64_t ks_cursor;
+    bool ks_flying, ks_begun;
+    unsigned ks_must, ks_ever, ks_seen;
 } client;
 
 /* A planted bug of the network's, not lull-kv's: partitions that hold
@@ -386,6 +404,12 @@ struct sim {
     uint64_t hangups;    /* clients that hung up */
     uint64_t scans;      /* SSCAN and ZSCAN walks checked whole */
     uint64_t scan_parts; /* their steps that gave a cursor to go on */
+    /* A third of the seeds (drawn apart from the workload's stream, from
+     * `xrng`): the clients send KEYS and SCAN MATCH walks. */
+    bool extra;
+    uint64_t xrng;
+    uint64_t keys_checked; /* KEYS replies checked */
+    uint64_t kwalks;       /* SCAN MATCH walks checked whole */
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
@@ -1877,6 +1901,200 @@ static void scan_after(client *cl, int op, int key, int key2, const char *r,
     scan_abandon(cl);
 }
 
+/* KEYS and SCAN MATCH patterns (after "cN:"), and which of the client's
+ * keys each matches (bit i: cN:ki); no other key there matches them. */
+static const struct {
+    const char *glob;
+    unsigned mask;
+} key_pats[] = {
+    {"k?", 0x3f},    {"k*", 0x3f},      {"k[0-2]", 0x07},
+    {"k[^0]", 0x3e}, {"*k[3-5]", 0x38},
+};
+#define KEY_PATS (int)(sizeof key_pats / sizeof key_pats[0])
+
+/* KEYS cN:<pattern>, or the next step of the client's SCAN MATCH walk
+ * (a new walk's first), COUNT 1 to 8. One step at a time: each takes
+ * its cursor from the reply before. */
+static void keys_send(client *cl, pending *p) {
+    sim *S = cl->S;
+    uint64_t *r = &S->xrng;
+    p->kind = P_KEYS;
+    p->walk = cl->ks_pat >= 0 ? !cl->ks_flying : below(r, 2) == 0;
+    if (p->walk && cl->ks_pat < 0) {
+        cl->ks_pat = (int)below(r, KEY_PATS);
+        cl->ks_cursor = 0;
+        cl->ks_begun = false;
+    }
+    p->pat = p->walk ? cl->ks_pat : (int)below(r, KEY_PATS);
+    char pat[24], cur[24], cnt[4], req[160];
+    int pl = snprintf(pat, sizeof pat, "c%d:%s", cl->id, key_pats[p->pat].glob);
+    int n;
+    if (p->walk) {
+        int cl_ = snprintf(cur, sizeof cur, "%" PRIu64, cl->ks_cursor);
+        int nl = snprintf(cnt, sizeof cnt, "%d", 1 + (int)below(r, 8));
+        n = sprintf(req,
+                    "*6\r\n$4\r\nSCAN\r\n$%d\r\n%s\r\n$5\r\nMATCH\r\n$%d\r\n"
+                    "%s\r\n$5\r\nCOUNT\r\n$%d\r\n%s\r\n",
+                    cl_, cur, pl, pat, nl, cnt);
+        cl->ks_flying = true;
+        lull_simnet_log(S->net, "c%d > SCAN %s MATCH %s COUNT %s", cl->id, cur,
+                        pat, cnt);
+    } else {
+        n = sprintf(req, "*2\r\n$4\r\nKEYS\r\n$%d\r\n%s\r\n", pl, pat);
+        lull_simnet_log(S->net, "c%d > KEYS %s", cl->id, pat);
+    }
+    cl->remaining--;
+    send_bytes(cl, req, (size_t)n);
+}
+
+static void keys_abandon(client *cl) {
+    cl->ks_pat = -1;
+    cl->ks_flying = cl->ks_begun = false;
+}
+
+/* Of the client's keys, those some state the model allows is at some
+ * instant in [lo, hi] (*may), and those every state is at every instant
+ * (*must), as bit masks. */
+static void keys_exist(client *cl, int64_t lo, int64_t hi, unsigned *may,
+                       unsigned *must) {
+    *may = *must = 0;
+    for (int i = 0; i < KEYS; i++) {
+        bool m, u;
+        model_exists(&cl->keys[i], lo, hi, &m, &u);
+        *may |= (unsigned)m << i;
+        *must |= (unsigned)u << i;
+    }
+}
+
+/* A reply checked while a walk is under way (but its own steps): a key
+ * stays in the walk's `must` only while it is there at every reply. */
+static void keys_after(client *cl, int64_t lo, int64_t hi) {
+    if (!cl->ks_begun) return;
+    unsigned may, must;
+    keys_exist(cl, lo, hi, &may, &must);
+    cl->ks_must &= must;
+    cl->ks_ever |= may;
+}
+
+/* The keys an array of bulk strings names, as a mask of the client's
+ * (into *named); false, with what is wrong in why, when it is not such
+ * an array, names a key the pattern does not match, or one twice (dup:
+ * whether that is wrong). */
+static bool keys_named(client *cl, const char *r, size_t len, unsigned mask,
+                       bool dup, unsigned *named, char *why, size_t cap) {
+    long long n;
+    int used;
+    *named = 0;
+    if (sscanf(r, "*%lld\r\n%n", &n, &used) != 1 || n < 0) {
+        snprintf(why, cap, "not an array");
+        return false;
+    }
+    size_t at = (size_t)used;
+    for (long long j = 0; j < n; j++) {
+        long el = model_reply_len(r + at, len - at);
+        long long kl;
+        int hl;
+        if (el <= 0 || r[at] != '$' ||
+            sscanf(r + at, "$%lld\r\n%n", &kl, &hl) != 1 || kl < 0) {
+            snprintf(why, cap, "not an array of keys");
+            return false;
+        }
+        const char *k = r + at + hl;
+        char want[16];
+        int i = -1;
+        for (int x = 0; x < KEYS && i < 0; x++) {
+            int wl = snprintf(want, sizeof want, "c%d:k%d", cl->id, x);
+            if (kl == wl && memcmp(k, want, (size_t)wl) == 0) i = x;
+        }
+        if (i < 0 || !(mask >> i & 1)) {
+            snprintf(why, cap, "%.*s, which the pattern does not match",
+                     (int)(kl < 40 ? kl : 40), k);
+            return false;
+        }
+        if (dup && (*named >> i & 1)) {
+            snprintf(why, cap, "c%d:k%d twice", cl->id, i);
+            return false;
+        }
+        *named |= 1u << i;
+        at += (size_t)el;
+    }
+    return true;
+}
+
+/* KEYS names exactly the keys there, key by key at some instant of its
+ * window: each one named may be there, each one not named may be gone.
+ * A walk's step names only keys there at some instant since its first;
+ * its last (cursor 0) has named every key there at every reply since. */
+static void keys_reply(client *cl, const pending *p, const char *r, size_t len,
+                       int64_t lo, int64_t hi) {
+    sim *S = cl->S;
+    unsigned may, must, named, mask = key_pats[p->pat].mask;
+    keys_exist(cl, lo, hi, &may, &must);
+    char pat[24], why[96], got[160];
+    snprintf(pat, sizeof pat, "c%d:%s", cl->id, key_pats[p->pat].glob);
+    if (!p->walk) {
+        if (!keys_named(cl, r, len, mask, true, &named, why, sizeof why)) {
+            fail(S, "c%d: KEYS %s got %s: %s", cl->id, pat,
+                 oneline(r, len, got, sizeof got), why);
+            return;
+        }
+        unsigned bad = (named & ~may) | (must & mask & ~named);
+        if (bad) {
+            int i = __builtin_ctz(bad);
+            fail(S,
+                 "c%d: KEYS %s %s c%d:k%d; the model says it is %s at every "
+                 "instant in [%" PRId64 ", %" PRId64 "] ms",
+                 cl->id, pat, named >> i & 1 ? "named" : "left out", cl->id, i,
+                 named >> i & 1 ? "gone" : "there", lo, hi);
+            return;
+        }
+        S->keys_checked++;
+        return;
+    }
+    cl->ks_flying = false;
+    if (!cl->ks_begun) {
+        cl->ks_begun = true;
+        cl->ks_must = must & mask;
+        cl->ks_ever = may;
+        cl->ks_seen = 0;
+    } else {
+        cl->ks_must &= must;
+        cl->ks_ever |= may;
+    }
+    unsigned long long cursor;
+    int used;
+    long long bl;
+    if (sscanf(r, "*2\r\n$%lld\r\n%llu\r\n%n", &bl, &cursor, &used) != 2) {
+        fail(S, "c%d: SCAN ... MATCH %s got %s", cl->id, pat,
+             oneline(r, len, got, sizeof got));
+        return;
+    }
+    if (!keys_named(cl, r + used, len - (size_t)used, mask, false, &named, why,
+                    sizeof why)) {
+        fail(S, "c%d: SCAN %" PRIu64 " MATCH %s got %s: %s", cl->id,
+             cl->ks_cursor, pat, oneline(r, len, got, sizeof got), why);
+        return;
+    }
+    if (named & ~cl->ks_ever) {
+        fail(S,
+             "c%d: SCAN %" PRIu64 " MATCH %s named c%d:k%d, which the model "
+             "says was not there at any instant of the walk",
+             cl->id, cl->ks_cursor, pat, cl->id,
+             __builtin_ctz(named & ~cl->ks_ever));
+        return;
+    }
+    cl->ks_seen |= named;
+    cl->ks_cursor = cursor;
+    if (cursor) return;
+    if (cl->ks_must & ~cl->ks_seen)
+        fail(S,
+             "c%d: a SCAN MATCH %s walk ended (cursor 0) without c%d:k%d, "
+             "there since its first step",
+             cl->id, pat, cl->id, __builtin_ctz(cl->ks_must & ~cl->ks_seen));
+    S->kwalks++;
+    keys_abandon(cl);
+}
+
 static void send_cmd(client *cl) {
     sim *S = cl->S;
     static char req[3 * MODEL_REQ_MAX + 64];
@@ -1891,6 +2109,12 @@ static void send_cmd(client *cl) {
         cl->remaining--;
         lull_simnet_log(S->net, "c%d > QUIT", cl->id);
         send_bytes(cl, "*1\r\n$4\r\nQUIT\r\n", 14);
+        return;
+    }
+    if (S->extra &&
+        (below(&S->xrng, 12) == 0 ||
+         (cl->ks_pat >= 0 && !cl->ks_flying && below(&S->xrng, 3) == 0))) {
+        keys_send(cl, p);
         return;
     }
     if (below(&S->rng, 12) == 0 && cl->ttl_state != 1) {
@@ -2120,6 +2344,9 @@ static void check_reply(client *cl, const char *r, size_t len) {
         S->cmds_run += (uint64_t)p->ncmd;
         for (int i = 0; i < p->ncmd; i++)
             scan_after(cl, p->cmd[i].op, p->key[i], p->key[i], r, 0);
+    } else if (p->kind == P_KEYS) {
+        S->cmds_run++;
+        keys_reply(cl, p, r, len, lo, now);
     } else if (p->kind == P_QUIT) {
         if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0)
             fail(S, "c%d: QUIT got %.*s", cl->id, (int)len, r);
@@ -2209,6 +2436,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
     char text[160];
     lull_simnet_log(S->net, "c%d < %s", cl->id,
                     oneline(r, len, text, sizeof text));
+    if (!(p->kind == P_KEYS && p->walk)) keys_after(cl, lo, now);
     cl->lb = lo;
     for (int i = 0; i < KEYS; i++)
         model_settle(&cl->keys[i], cl->lb);
@@ -2275,6 +2503,7 @@ static void client_closed(lull_endpoint *ep, int reason) {
             cl->unknown[p->key[j]] = cl->unknown[p->key2[j]] = true;
     }
     scan_abandon(cl); /* its keys forgotten, its step maybe lost */
+    keys_abandon(cl);
     cl->qlen = 0;
     cl->in.len = 0;
     cl->quitting = false;
@@ -3335,8 +3564,9 @@ typedef struct outcome {
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
     uint64_t probes; /* the prober's SETs read back early and late */
     uint64_t bigs, same_len, hangups;
-    uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
-    uint64_t io[IO_KINDS];      /* --streams: each fault kind's effects */
+    uint64_t scans, scan_parts;    /* SSCAN and ZSCAN walks checked whole */
+    uint64_t keys_checked, kwalks; /* `extra`'s */
+    uint64_t io[IO_KINDS];         /* --streams: each fault kind's effects */
     bool io_drawn[IO_KINDS];
 } outcome;
 
@@ -3385,6 +3615,9 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
      * what it was before seeds restarted their primary. */
     uint64_t rs = seed ^ 0x7265737461727421ull;
     S->restart = !S->no_faults && rnd(&rs) % 4 == 0;
+    /* Drawn apart too: a seed without `extra` runs as it did before. */
+    S->xrng = seed ^ 0x7075627375622121ull;
+    S->extra = !S->no_faults && rnd(&S->xrng) % 3 == 0;
     uint64_t *r = &S->rng;
     S->nreplicas = 1 + (int)below(r, REPLICAS_MAX);
     S->nclients = 1 + (int)below(r, CLIENTS_MAX);
@@ -3471,6 +3704,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
         cl->depth = 1 + (int)below(r, PIPE_MAX);
         cl->keys = client_keys[i];
         cl->scan_key = -1;
+        cl->ks_pat = -1;
         /* Over the streams, the first client's links are clean: the stream
          * code's short counts and retries under it, and nothing that may
          * end a connection, so that a stream which loses a reply or ends
@@ -3505,6 +3739,8 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->probes = S->probe.probes;
     out->scans = S->scans;
     out->scan_parts = S->scan_parts;
+    out->keys_checked = S->keys_checked;
+    out->kwalks = S->kwalks;
     out->bigs = S->bigs;
     out->same_len = S->same_len;
     out->hangups = S->hangups;
@@ -3733,6 +3969,7 @@ static const struct {
               {"scan-skip", KV_PLANT_SCAN_SKIP},
               {"blob-inplace", KV_PLANT_BLOB_INPLACE},
               {"resume-replid", KV_PLANT_RESUME_REPLID},
+              {"scan-match-end", KV_PLANT_SCAN_MATCH_END},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -4140,7 +4377,7 @@ int main(int argc, char **argv) {
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
-    uint64_t scan_parts = 0;
+    uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0;
     fault_tally faults = {0};
     signal(SIGALRM, hang_alarm); /* the seed watchdog (hang_arm) */
     static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
@@ -4169,6 +4406,8 @@ int main(int argc, char **argv) {
         hangups += o.hangups;
         scans += o.scans;
         scan_parts += o.scan_parts;
+        keys_checked += o.keys_checked;
+        kwalks += o.kwalks;
         total.events += o.stats.events;
         total.partitions += o.stats.partitions;
         total.breaks += o.stats.breaks;
@@ -4222,12 +4461,13 @@ int main(int argc, char **argv) {
            " expiry probes; %" PRIu64 " big values set (%" PRIu64
            " over one of equal length), %" PRIu64 " clients hung up; %" PRIu64
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
-           " steps with a cursor to go on)\n",
+           " steps with a cursor to go on); %" PRIu64 " KEYS and %" PRIu64
+           " SCAN MATCH walks checked\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
            restarts, expired, probes, bigs, same_len, hangups, scans,
-           scan_parts);
+           scan_parts, keys_checked, kwalks);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)
