@@ -770,7 +770,7 @@ static void cmd_flushall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (store_first_expiry(&k->db)) k->expiry_changed = true;
     store_clear(&k->db);
     static const resp_arg flushall = {"FLUSHALL", 8};
-    kv_log(k, &flushall, 1);
+    if (!(k->plant & KV_PLANT_FLUSH_UNLOGGED)) kv_log(k, &flushall, 1);
     reply_ok(out);
 }
 
