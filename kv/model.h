@@ -163,7 +163,11 @@ enum {
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
-    OP_MGET_ONE = OP_COUNT /* k's element of MGET's reply */
+    OP_MGET_ONE = OP_COUNT, /* k's element of MGET's reply */
+    /* Not drawn either: the simulator's seeds with `extra` send it for
+     * half their HGETALLs. */
+    OP_HSCAN /* HSCAN k cursor COUNT cnt: as ZSCAN, of a hash's fields
+                and values; at most 128 come whole, in any order */
 };
 
 /* A command the model knows: one key (RENAME's two), and a value, a time

@@ -31,9 +31,10 @@
  * heals and the cluster settles. The server is lull-kv's own code (node.c,
  * conn.c, link.c, cmd*.c), the socket program's, over a kv_net of the simulated
  * network's. A third of the seeds (`extra`) also send KEYS and SCAN MATCH
- * COUNT walks of a client's keys, run pub/sub on the primary and on a
- * replica (ps_start), and in half of those FLUSHALL once the clients are
- * done, so the replicas must end empty too.
+ * COUNT walks of a client's keys, HSCAN (for half the HGETALLs), run
+ * pub/sub on the primary and on a replica (ps_start), and in half of
+ * those FLUSHALL once the clients are done, so the replicas must end
+ * empty too.
  *
  * Checked, per seed (docs/SIMULATION.md has what this proves and what
  * it cannot see):
@@ -2229,6 +2230,25 @@ static void send_cmd(client *cl) {
         if (i == bad_after) n += bad_cmd(cl, req + n);
         make_cmd(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
         scan_step(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
+        /* Seeds with `extra`: half the HGETALLs as HSCAN (a hash of
+         * the workload's comes whole: its fields and values, cursor 0,
+         * whatever the COUNT). */
+        if (S->extra && p->cmd[i].op == OP_HGETALL && below(&S->xrng, 2)) {
+            model_cmd *c = &p->cmd[i];
+            c->op = OP_HSCAN;
+            c->cursor = 0;
+            c->cnt = 1 + (int64_t)below(&S->xrng, 10);
+            /* of a key the model holds a hash in, when one does */
+            int k0 = (int)below(&S->xrng, KEYS);
+            for (int k = 0; k < KEYS; k++)
+                if (cl->keys[(k0 + k) % KEYS].c[0].type == MODEL_HASH) {
+                    p->key[i] = p->key2[i] = (k0 + k) % KEYS;
+                    snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id,
+                             p->key[i]);
+                    memcpy(c->key2, c->key, sizeof c->key2);
+                    break;
+                }
+        }
         /* Big seeds: half the transactions read a big value first, so
          * EXEC both logs records and answers past REPLY_HANDOVER. */
         if (multi && i == 0 && S->big_len && below(&S->rng, 2) &&
