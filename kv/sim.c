@@ -33,8 +33,8 @@
  * network's. A third of the seeds (`extra`) also send KEYS and SCAN MATCH
  * COUNT walks of a client's keys, HSCAN (for half the HGETALLs), run
  * pub/sub on the primary and on a replica (ps_start), and in half of
- * those FLUSHALL once the clients are done, so the replicas must end
- * empty too.
+ * those FLUSHALL or FLUSHDB once the clients are done, so the replicas
+ * must end empty too.
  *
  * Checked, per seed (docs/SIMULATION.md has what this proves and what
  * it cannot see):
@@ -2950,7 +2950,8 @@ static void ps_close(ps_group *g) {
         if (g->conn[i].live) lull_endpoint_close(&g->conn[i].c.ep, 0);
 }
 
-/* The primary's group, done, sends FLUSHALL once the clients are done;
+/* The primary's group, done, sends FLUSHALL or FLUSHDB (with SYNC or
+ * ASYNC, or none) once the clients are done;
  * its +OK empties every client's model. */
 static void ps_flush_maybe(sim *S) {
     ps_group *g = &S->ps[0];
@@ -2961,9 +2962,16 @@ static void ps_flush_maybe(sim *S) {
     }
     if (g->flush_sent) return;
     g->flush_sent = true;
+    /* FLUSHDB is logged as FLUSHALL; SYNC and ASYNC are the same here */
+    static const char *const how[][2] = {
+        {"FLUSHALL", "*1\r\n$8\r\nFLUSHALL\r\n"},
+        {"FLUSHDB", "*1\r\n$7\r\nFLUSHDB\r\n"},
+        {"FLUSHALL SYNC", "*2\r\n$8\r\nFLUSHALL\r\n$4\r\nSYNC\r\n"},
+        {"FLUSHDB ASYNC", "*2\r\n$7\r\nFLUSHDB\r\n$5\r\nASYNC\r\n"}};
+    int h = (int)below(&S->xrng, 4);
     ps_expect(&g->conn[0], "+OK\r\n", 5);
-    lull_simnet_log(S->net, "ps0.0 > FLUSHALL");
-    ps_send(&g->conn[0], "*1\r\n$8\r\nFLUSHALL\r\n", 18);
+    lull_simnet_log(S->net, "ps0.0 > %s", how[h][0]);
+    ps_send(&g->conn[0], how[h][1], strlen(how[h][1]));
 }
 
 static void ps_publish(ps_group *g) {
@@ -4830,7 +4838,7 @@ int main(int argc, char **argv) {
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
            " steps with a cursor to go on); %" PRIu64 " KEYS and %" PRIu64
            " SCAN MATCH walks checked, %" PRIu64
-           " pub/sub replies and messages, %" PRIu64 " FLUSHALLs\n",
+           " pub/sub replies and messages, %" PRIu64 " flushes\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
