@@ -2951,8 +2951,8 @@ static void ps_close(ps_group *g) {
 }
 
 /* The primary's group, done, sends FLUSHALL or FLUSHDB (with SYNC or
- * ASYNC, or none) once the clients are done;
- * its +OK empties every client's model. */
+ * ASYNC, or neither) once the clients are done; its +OK empties every
+ * client's model. */
 static void ps_flush_maybe(sim *S) {
     ps_group *g = &S->ps[0];
     if (!S->nps || g->phase != 4 || S->active) return;
