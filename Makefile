@@ -251,7 +251,8 @@ sim:
 	  resume-caught-up lrem-direction outf-resend ack-spin msetnx-partial \
 	  lpos-tail expire-seconds smove-same zpop-past setstore-source \
 	  zscore-exclusive zremrank-negative scan-skip blob-inplace resume-replid \
-	  hollow-partition short-write-resend short-write-drop hollow-short-write; do \
+	  hollow-partition short-write-resend short-write-drop hollow-short-write \
+	  publish-pattern scan-match-end flush-unlogged; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
 	  -P kv/sim_determinism.cmake

@@ -766,7 +766,7 @@ static void cmd_flushall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     if (store_first_expiry(&k->db)) k->expiry_changed = true;
     store_clear(&k->db);
     static const resp_arg flushall = {"FLUSHALL", 8};
-    kv_log(k, &flushall, 1);
+    if (!(k->plant & KV_PLANT_FLUSH_UNLOGGED)) kv_log(k, &flushall, 1);
     reply_ok(out);
 }
 
@@ -1282,6 +1282,7 @@ static void cmd_scan(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     kv_expire_due(k, NULL, NULL);
     cur = dict_scan(&k->db.d, cur, (size_t)count, keys_visit, &w);
+    if ((k->plant & KV_PLANT_SCAN_MATCH_END) && w.pat && !w.n) cur = 0;
     buf_str(out, "*2\r\n");
     char c[24];
     int n = snprintf(c, sizeof c, "%llu", cur);

@@ -365,7 +365,7 @@ static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         deliver(k, s->cl);
         w.n++;
     }
-    if (k->patterns.count) {
+    if (k->patterns.count && !((k->plant & KV_PLANT_PUBLISH_PATTERN) && w.n)) {
         uint64_t cur = 0;
         do
             cur = dict_scan(&k->patterns, cur, SIZE_MAX, publish_pattern, &w);

@@ -47,7 +47,7 @@ static size_t put_bulk(char *out, size_t at, const char *s, size_t n) {
     return put(out, at, "\r\n", 2);
 }
 
-static const char *const names[OP_COUNT + 1] = {"SET",
+static const char *const names[OP_HSCAN + 1] = {"SET",
                                                 "SET",
                                                 "SET",
                                                 "SET",
@@ -123,7 +123,8 @@ static const char *const names[OP_COUNT + 1] = {"SET",
                                                 "SSCAN",
                                                 "ZSCAN",
                                                 "GETRANGE",
-                                                "MGET"};
+                                                "MGET",
+                                                "HSCAN"};
 
 /* Score bounds (OP_ZRANGEBYSCORE's, ZCOUNT's, ZREMRANGEBYSCORE's, by
  * i1 and i2): inclusive and exclusive at the workload's scores, and the
@@ -358,6 +359,7 @@ size_t model_request(const model_cmd *c, char *out) {
         break;
     case OP_SSCAN:
     case OP_ZSCAN:
+    case OP_HSCAN:
         argv[argc] = num;
         lens[argc++] = (size_t)snprintf(num, sizeof num, "%" PRIu64, c->cursor);
         argv[argc] = "COUNT";
@@ -1193,15 +1195,17 @@ static size_t zset_cmd(model_val *s, const model_cmd *c, bool live,
 #define SCAN_WHOLE 128
 #define SCAN_BAD   "-model: not members the set holds, or not all\r\n"
 
-/* SSCAN and ZSCAN on s: a missing key is an empty walk; a set of at
- * most SCAN_WHOLE comes whole (a sorted set's in its order), cursor 0;
- * a larger one's reply names members it holds (with their scores). The
- * reply (`given`) when it is one of those. */
+/* SSCAN, ZSCAN and HSCAN on s: a missing key is an empty walk; a set of
+ * at most SCAN_WHOLE comes whole (a sorted set's in its order, a hash's
+ * in any), cursor 0; a larger one's reply names members it holds (with
+ * their scores, a hash's fields with their values). The reply (`given`)
+ * when it is one of those. */
 static size_t scan_cmd(model_val *s, const model_cmd *c, bool live, char *out) {
-    bool z = c->op == OP_ZSCAN;
+    bool z = c->op == OP_ZSCAN, h = c->op == OP_HSCAN;
     static size_t order[UINT16_MAX + 1];
     if (!live) return put_s(out, "*2\r\n$1\r\n0\r\n*0\r\n");
-    if (s->type != (z ? MODEL_ZSET : MODEL_SET)) return put_s(out, WRONGTYPE);
+    if (s->type != (z ? MODEL_ZSET : h ? MODEL_HASH : MODEL_SET))
+        return put_s(out, WRONGTYPE);
     if (z && s->items <= SCAN_WHOLE) { /* the reply it must be */
         size_t len = zorder(s, order);
         size_t o = (size_t)sprintf(out, "*2\r\n$1\r\n0\r\n*%zu\r\n", 2 * len);
@@ -1224,21 +1228,24 @@ static size_t scan_cmd(model_val *s, const model_cmd *c, bool live, char *out) {
         return put_s(out, SCAN_BAD);
     p = lf + 2;
     bool whole = s->items <= SCAN_WHOLE; /* a set's: each member once */
-    if (whole && (!cursor0 || n != s->items)) return put_s(out, SCAN_BAD);
+    if (whole && (!cursor0 || n != (z || h ? 2 : 1) * s->items))
+        return put_s(out, SCAN_BAD);
     static model_val left;
     copy_val(&left, s);
     for (long long i = 0; i < n; i++) {
-        if (!take_bulk(&p, end, &b, &bn) ||
-            !field_at(whole ? &left : s, b, bn, &at))
+        model_val *in = whole ? &left : s; /* each once when whole */
+        if (!take_bulk(&p, end, &b, &bn) || !field_at(in, b, bn, &at))
             return put_s(out, SCAN_BAD);
+        if (z || h) {
+            const char *sc;
+            size_t sn, va = value_at(in, at);
+            if (!take_bulk(&p, end, &sc, &sn) ||
+                sn != (unsigned char)in->v[va] ||
+                memcmp(sc, in->v + va + 1, sn) != 0)
+                return put_s(out, SCAN_BAD);
+            i++;
+        }
         if (whole) field_delete(&left, at);
-        if (!z) continue;
-        const char *sc;
-        size_t sn, va = value_at(s, at);
-        if (!take_bulk(&p, end, &sc, &sn) || sn != (unsigned char)s->v[va] ||
-            memcmp(sc, s->v + va + 1, sn) != 0)
-            return put_s(out, SCAN_BAD);
-        i++;
     }
     if (p != end) return put_s(out, SCAN_BAD);
     memcpy(out, given, given_len);
@@ -1661,6 +1668,8 @@ static size_t run(model_val *s, const model_cmd *c, int64_t now, int64_t hi,
     case OP_HINCRBY:
     case OP_HINCRBYFLOAT:
         return hash_cmd(s, c, live, v, vlen, out);
+    case OP_HSCAN:
+        return scan_cmd(s, c, live, out);
     case OP_SETEX:
     case OP_PSETEX: {
         int64_t ms = c->op == OP_SETEX ? c->i1 * 1000 : c->i1;
@@ -2090,6 +2099,21 @@ void model_settle(model_key *k, int64_t lo) {
     if (gone) {
         static model_val none;
         add(k, &none);
+    }
+}
+
+void model_exists(const model_key *k, int64_t lo, int64_t hi, bool *may,
+                  bool *must) {
+    *may = false;
+    *must = true;
+    for (int i = 0; i < k->n; i++) {
+        const model_val *s = &k->c[i];
+        if (s->type == MODEL_NONE) {
+            *must = false;
+            continue;
+        }
+        if (!s->expire || s->expire_hi >= lo) *may = true;
+        if (s->expire && store_expired(s->expire, hi)) *must = false;
     }
 }
 

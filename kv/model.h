@@ -163,7 +163,11 @@ enum {
     OP_COUNT,
     /* Not drawn: one key's part of a multi-key command (the simulator
      * checks MSET, MGET and DEL of several keys key by key). */
-    OP_MGET_ONE = OP_COUNT /* k's element of MGET's reply */
+    OP_MGET_ONE = OP_COUNT, /* k's element of MGET's reply */
+    /* Not drawn either: the simulator's seeds with `extra` send it for
+     * half their HGETALLs. */
+    OP_HSCAN /* HSCAN k cursor COUNT cnt: as ZSCAN, of a hash's fields
+                and values; at most 128 come whole, in any order */
 };
 
 /* A command the model knows: one key (RENAME's two), and a value, a time
@@ -248,6 +252,12 @@ void model_settle(model_key *k, int64_t lo);
  * missing). */
 size_t model_reply(const model_val *s, const model_cmd *c, int64_t now,
                    char *out);
+
+/* Whether some state of k is a key at some instant in [lo, hi] (*may),
+ * and whether every state is one at every instant of it (*must): what a
+ * KEYS or SCAN run in [lo, hi] may and must name. */
+void model_exists(const model_key *k, int64_t lo, int64_t hi, bool *may,
+                  bool *must);
 
 /* A key as a store holds it, read into the model's terms (MODEL_NONE
  * when missing or expired at `now`). False when it holds what the model

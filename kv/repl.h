@@ -170,6 +170,14 @@ enum {
 /* The primary resumes a replica that asks from a record boundary of its
  * log whatever replid it names: one from another history too. */
 #define KV_PLANT_RESUME_REPLID (1ull << 39)
+/* PUBLISH skips the pattern subscribers once a channel subscriber got
+ * the message. */
+#define KV_PLANT_PUBLISH_PATTERN (1ull << 40)
+/* SCAN with MATCH answers cursor 0 after a step that matched nothing:
+ * the walk ends early. */
+#define KV_PLANT_SCAN_MATCH_END (1ull << 41)
+/* FLUSHALL (and FLUSHDB) empties the keyspace without logging it. */
+#define KV_PLANT_FLUSH_UNLOGGED (1ull << 42)
 
 /* A sender's place in the log: the next record and the chunk holding it,
  * both numbered since the log began (a trim does not move them). */

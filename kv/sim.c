@@ -30,7 +30,11 @@
  * flight (most often on a big read). When the clients are done the network
  * heals and the cluster settles. The server is lull-kv's own code (node.c,
  * conn.c, link.c, cmd*.c), the socket program's, over a kv_net of the simulated
- * network's.
+ * network's. A third of the seeds (`extra`) also send KEYS and SCAN MATCH
+ * COUNT walks of a client's keys, HSCAN (for half the HGETALLs), run
+ * pub/sub on the primary and on a replica (ps_start), and in half of
+ * those FLUSHALL or FLUSHDB once the clients are done, so the replicas
+ * must end empty too.
  *
  * Checked, per seed (docs/SIMULATION.md has what this proves and what
  * it cannot see):
@@ -59,6 +63,14 @@
  *   - a log line a correct cluster never writes (a malformed record,
  *     ...) fails the seed at once, as logged; a replica that drops its
  *     link says why;
+ *   - KEYS names each key the model allows there at some instant of
+ *     its window, and none it says is gone throughout (key by key); a
+ *     SCAN MATCH walk names only keys there at some instant since its
+ *     first step, and by cursor 0 every one there at every reply since;
+ *   - each PUBLISH answers how many got it; each subscriber gets, byte
+ *     for byte and in order, every message of its channels and patterns
+ *     published on its node, once, and nothing else (after UNSUBSCRIBE
+ *     and PUNSUBSCRIBE too);
  *   - at the end every key the clients know holds what the model says,
  *     on the primary; every replica's link is up, at the primary's
  *     offset, with its keyspace byte for byte (pending TTLs too); what
@@ -100,7 +112,9 @@
  *                      msetnx-partial, lpos-tail, expire-seconds,
  *                      smove-same, zpop-past, setstore-source,
  *                      zscore-exclusive, zremrank-negative, scan-skip,
- *                      blob-inplace, resume-replid: lull-kv's;
+ *                      blob-inplace, resume-replid,
+ *                      publish-pattern, scan-match-end,
+ *                      flush-unlogged: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's; hang,
  *                      crash: the simulator's own, for --hang-seconds and
@@ -196,7 +210,8 @@ typedef struct node {
 
 /* P_MKEY: MSET, MGET, DEL or MSETNX of 2 or 3 of the client's keys,
  * checked key by key (cmd[i].op: OP_SET, OP_MGET_ONE, OP_DEL, OP_SET_NX). */
-enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT };
+/* P_KEYS: KEYS, or a step of a SCAN MATCH walk (keys_send). */
+enum { P_CMD, P_MULTI, P_FORGET, P_TTL_SET, P_TTL_GET, P_MKEY, P_QUIT, P_KEYS };
 
 /* A request in flight: one command, a transaction, or the DEL that
  * forgets the keys a failed connection left uncertain. */
@@ -215,6 +230,8 @@ typedef struct pending {
     uint64_t ttl_sent_ns, ttl_done_ns;
     int ttl_px;
     unsigned ttl_seq;
+    int pat;   /* P_KEYS: its pattern (key_pats) */
+    bool walk; /* P_KEYS: a SCAN step, not KEYS */
 } pending;
 
 /* C_HUNG_UP: it closed with requests in flight (hang_up), and waits for
@@ -295,7 +312,47 @@ typedef struct client {
     int scan_key, scan_op;
     uint64_t scan_cursor;
     bool scan_flying, scan_begun;
+    /* A SCAN MATCH walk of the keyspace (seeds with `extra`): its pattern
+     * (key_pats; -1: none), next cursor, a step in flight, the first
+     * back; and of the client's keys (bit i: cN:ki) those there at every
+     * reply since its first step, there at some instant since, and named
+     * by its steps. */
+    int ks_pat;
+    uint64_t ks_cursor;
+    bool ks_flying, ks_begun;
+    unsigned ks_must, ks_ever, ks_seen;
 } client;
+
+/* Pub/sub (seeds with `extra`): on a node, a publisher and two
+ * subscribers on clean links (ps_start). Each subscriber's ring holds
+ * the replies and messages it must get next, byte for byte, in order. */
+#define PS_WANT     128
+#define PS_WANT_LEN 80
+typedef struct ps_conn {
+    lull_simconn c;
+    struct ps_group *g;
+    buf in;
+    int role; /* 0: the publisher, 1: SUBSCRIBE ch:0 ch:1, 2: PSUBSCRIBE
+                 ch:* and SUBSCRIBE ch:1 */
+    bool live, up;
+    unsigned subs; /* 1: ch:0, 2: ch:1, 4: ch:* */
+    char want[PS_WANT][PS_WANT_LEN];
+    uint8_t want_len[PS_WANT];
+    int whead, wlen;
+} ps_conn;
+
+/* phase 0: subscribing; 1: publishing; 2: A drops ch:1, B ch:*; 3:
+ * publishing again; 4: every ring empty (the primary's publisher then
+ * sends FLUSHALL in seeds with `flush`, once the clients are done); 5:
+ * closed. */
+typedef struct ps_group {
+    struct sim *S;
+    int node;
+    int phase, left, seq, depth;
+    bool flush_sent;
+    lull_timer timer;
+    ps_conn conn[3];
+} ps_group;
 
 /* A planted bug of the network's, not lull-kv's: partitions that hold
  * nothing (LULL_SIMNET_HOLLOW_PARTITIONS). */
@@ -386,6 +443,18 @@ struct sim {
     uint64_t hangups;    /* clients that hung up */
     uint64_t scans;      /* SSCAN and ZSCAN walks checked whole */
     uint64_t scan_parts; /* their steps that gave a cursor to go on */
+    /* A third of the seeds (drawn apart from the workload's stream, from
+     * `xrng`): the clients send KEYS and SCAN MATCH walks, pub/sub runs
+     * on the primary (and on a replica in half of them), and in half of
+     * them the primary gets a FLUSHALL once the clients are done. */
+    bool extra, flush;
+    uint64_t xrng;
+    ps_group ps[2];
+    int nps;
+    uint64_t keys_checked; /* KEYS replies checked */
+    uint64_t kwalks;       /* SCAN MATCH walks checked whole */
+    uint64_t pushes;       /* pub/sub messages checked */
+    uint64_t flushes;      /* FLUSHALLs */
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
@@ -1056,8 +1125,11 @@ static void streams_accept(node *n, lull_simconn_options *o) {
     char name[96];
     snprintf(name, sizeof name, "%s<%s", n->name, r->sc.peer);
     int id = 0;
-    bool clean = sscanf(r->sc.peer, "c%d:", &id) == 1 && id >= 1 &&
-                 id <= S->nclients && S->clients[id - 1].clean;
+    /* pub/sub's links (ps_start) are clean: a message lost with its
+     * connection would be no bug. */
+    bool clean = (sscanf(r->sc.peer, "c%d:", &id) == 1 && id >= 1 &&
+                  id <= S->nclients && S->clients[id - 1].clean) ||
+                 strncmp(r->sc.peer, "ps", 2) == 0;
     if (relay_pair(S, r, name, clean, fds) < 0) {
         lull_endpoint_close(&r->sc.ep, -ECONNRESET);
         return;
@@ -1299,6 +1371,7 @@ static void client_pump(client *cl);
 static void client_connect(client *cl);
 static void probe_stop(sim *S);
 static void reader_stop(sim *S);
+static void ps_flush_maybe(sim *S);
 
 static void finished(client *cl) {
     sim *S = cl->S;
@@ -1314,6 +1387,7 @@ static void finished(client *cl) {
         lull_timer_start(&S->deadline, SETTLE_NS, 0);
         lull_timer_unref(&S->deadline);
     }
+    if (!S->active) ps_flush_maybe(S);
 }
 
 static pending *push(client *cl) {
@@ -1877,6 +1951,200 @@ static void scan_after(client *cl, int op, int key, int key2, const char *r,
     scan_abandon(cl);
 }
 
+/* KEYS and SCAN MATCH patterns (after "cN:"), and which of the client's
+ * keys each matches (bit i: cN:ki); no other key there matches them. */
+static const struct {
+    const char *glob;
+    unsigned mask;
+} key_pats[] = {
+    {"k?", 0x3f},    {"k*", 0x3f},      {"k[0-2]", 0x07},
+    {"k[^0]", 0x3e}, {"*k[3-5]", 0x38},
+};
+#define KEY_PATS (int)(sizeof key_pats / sizeof key_pats[0])
+
+/* KEYS cN:<pattern>, or the next step of the client's SCAN MATCH walk
+ * (a new walk's first), COUNT 1 to 8. One step at a time: each takes
+ * its cursor from the reply before. */
+static void keys_send(client *cl, pending *p) {
+    sim *S = cl->S;
+    uint64_t *r = &S->xrng;
+    p->kind = P_KEYS;
+    p->walk = cl->ks_pat >= 0 ? !cl->ks_flying : below(r, 2) == 0;
+    if (p->walk && cl->ks_pat < 0) {
+        cl->ks_pat = (int)below(r, KEY_PATS);
+        cl->ks_cursor = 0;
+        cl->ks_begun = false;
+    }
+    p->pat = p->walk ? cl->ks_pat : (int)below(r, KEY_PATS);
+    char pat[24], cur[24], cnt[4], req[160];
+    int pl = snprintf(pat, sizeof pat, "c%d:%s", cl->id, key_pats[p->pat].glob);
+    int n;
+    if (p->walk) {
+        int cl_ = snprintf(cur, sizeof cur, "%" PRIu64, cl->ks_cursor);
+        int nl = snprintf(cnt, sizeof cnt, "%d", 1 + (int)below(r, 8));
+        n = sprintf(req,
+                    "*6\r\n$4\r\nSCAN\r\n$%d\r\n%s\r\n$5\r\nMATCH\r\n$%d\r\n"
+                    "%s\r\n$5\r\nCOUNT\r\n$%d\r\n%s\r\n",
+                    cl_, cur, pl, pat, nl, cnt);
+        cl->ks_flying = true;
+        lull_simnet_log(S->net, "c%d > SCAN %s MATCH %s COUNT %s", cl->id, cur,
+                        pat, cnt);
+    } else {
+        n = sprintf(req, "*2\r\n$4\r\nKEYS\r\n$%d\r\n%s\r\n", pl, pat);
+        lull_simnet_log(S->net, "c%d > KEYS %s", cl->id, pat);
+    }
+    cl->remaining--;
+    send_bytes(cl, req, (size_t)n);
+}
+
+static void keys_abandon(client *cl) {
+    cl->ks_pat = -1;
+    cl->ks_flying = cl->ks_begun = false;
+}
+
+/* Of the client's keys, those some state the model allows is at some
+ * instant in [lo, hi] (*may), and those every state is at every instant
+ * (*must), as bit masks. */
+static void keys_exist(client *cl, int64_t lo, int64_t hi, unsigned *may,
+                       unsigned *must) {
+    *may = *must = 0;
+    for (int i = 0; i < KEYS; i++) {
+        bool m, u;
+        model_exists(&cl->keys[i], lo, hi, &m, &u);
+        *may |= (unsigned)m << i;
+        *must |= (unsigned)u << i;
+    }
+}
+
+/* A reply checked while a walk is under way (but its own steps): a key
+ * stays in the walk's `must` only while it is there at every reply. */
+static void keys_after(client *cl, int64_t lo, int64_t hi) {
+    if (!cl->ks_begun) return;
+    unsigned may, must;
+    keys_exist(cl, lo, hi, &may, &must);
+    cl->ks_must &= must;
+    cl->ks_ever |= may;
+}
+
+/* The keys an array of bulk strings names, as a mask of the client's
+ * (into *named); false, with what is wrong in why, when it is not such
+ * an array, names a key the pattern does not match, or one twice (dup:
+ * whether that is wrong). */
+static bool keys_named(client *cl, const char *r, size_t len, unsigned mask,
+                       bool dup, unsigned *named, char *why, size_t cap) {
+    long long n;
+    int used;
+    *named = 0;
+    if (sscanf(r, "*%lld\r\n%n", &n, &used) != 1 || n < 0) {
+        snprintf(why, cap, "not an array");
+        return false;
+    }
+    size_t at = (size_t)used;
+    for (long long j = 0; j < n; j++) {
+        long el = model_reply_len(r + at, len - at);
+        long long kl;
+        int hl;
+        if (el <= 0 || r[at] != '$' ||
+            sscanf(r + at, "$%lld\r\n%n", &kl, &hl) != 1 || kl < 0) {
+            snprintf(why, cap, "not an array of keys");
+            return false;
+        }
+        const char *k = r + at + hl;
+        char want[16];
+        int i = -1;
+        for (int x = 0; x < KEYS && i < 0; x++) {
+            int wl = snprintf(want, sizeof want, "c%d:k%d", cl->id, x);
+            if (kl == wl && memcmp(k, want, (size_t)wl) == 0) i = x;
+        }
+        if (i < 0 || !(mask >> i & 1)) {
+            snprintf(why, cap, "%.*s, which the pattern does not match",
+                     (int)(kl < 40 ? kl : 40), k);
+            return false;
+        }
+        if (dup && (*named >> i & 1)) {
+            snprintf(why, cap, "c%d:k%d twice", cl->id, i);
+            return false;
+        }
+        *named |= 1u << i;
+        at += (size_t)el;
+    }
+    return true;
+}
+
+/* KEYS names exactly the keys there, key by key at some instant of its
+ * window: each one named may be there, each one not named may be gone.
+ * A walk's step names only keys there at some instant since its first;
+ * its last (cursor 0) has named every key there at every reply since. */
+static void keys_reply(client *cl, const pending *p, const char *r, size_t len,
+                       int64_t lo, int64_t hi) {
+    sim *S = cl->S;
+    unsigned may, must, named, mask = key_pats[p->pat].mask;
+    keys_exist(cl, lo, hi, &may, &must);
+    char pat[24], why[96], got[160];
+    snprintf(pat, sizeof pat, "c%d:%s", cl->id, key_pats[p->pat].glob);
+    if (!p->walk) {
+        if (!keys_named(cl, r, len, mask, true, &named, why, sizeof why)) {
+            fail(S, "c%d: KEYS %s got %s: %s", cl->id, pat,
+                 oneline(r, len, got, sizeof got), why);
+            return;
+        }
+        unsigned bad = (named & ~may) | (must & mask & ~named);
+        if (bad) {
+            int i = __builtin_ctz(bad);
+            fail(S,
+                 "c%d: KEYS %s %s c%d:k%d; the model says it is %s at every "
+                 "instant in [%" PRId64 ", %" PRId64 "] ms",
+                 cl->id, pat, named >> i & 1 ? "named" : "left out", cl->id, i,
+                 named >> i & 1 ? "gone" : "there", lo, hi);
+            return;
+        }
+        S->keys_checked++;
+        return;
+    }
+    cl->ks_flying = false;
+    if (!cl->ks_begun) {
+        cl->ks_begun = true;
+        cl->ks_must = must & mask;
+        cl->ks_ever = may;
+        cl->ks_seen = 0;
+    } else {
+        cl->ks_must &= must;
+        cl->ks_ever |= may;
+    }
+    unsigned long long cursor;
+    int used;
+    long long bl;
+    if (sscanf(r, "*2\r\n$%lld\r\n%llu\r\n%n", &bl, &cursor, &used) != 2) {
+        fail(S, "c%d: SCAN ... MATCH %s got %s", cl->id, pat,
+             oneline(r, len, got, sizeof got));
+        return;
+    }
+    if (!keys_named(cl, r + used, len - (size_t)used, mask, false, &named, why,
+                    sizeof why)) {
+        fail(S, "c%d: SCAN %" PRIu64 " MATCH %s got %s: %s", cl->id,
+             cl->ks_cursor, pat, oneline(r, len, got, sizeof got), why);
+        return;
+    }
+    if (named & ~cl->ks_ever) {
+        fail(S,
+             "c%d: SCAN %" PRIu64 " MATCH %s named c%d:k%d, which the model "
+             "says was not there at any instant of the walk",
+             cl->id, cl->ks_cursor, pat, cl->id,
+             __builtin_ctz(named & ~cl->ks_ever));
+        return;
+    }
+    cl->ks_seen |= named;
+    cl->ks_cursor = cursor;
+    if (cursor) return;
+    if (cl->ks_must & ~cl->ks_seen)
+        fail(S,
+             "c%d: a SCAN MATCH %s walk ended (cursor 0) without c%d:k%d, "
+             "there since its first step",
+             cl->id, pat, cl->id, __builtin_ctz(cl->ks_must & ~cl->ks_seen));
+    S->kwalks++;
+    keys_abandon(cl);
+}
+
 static void send_cmd(client *cl) {
     sim *S = cl->S;
     static char req[3 * MODEL_REQ_MAX + 64];
@@ -1891,6 +2159,12 @@ static void send_cmd(client *cl) {
         cl->remaining--;
         lull_simnet_log(S->net, "c%d > QUIT", cl->id);
         send_bytes(cl, "*1\r\n$4\r\nQUIT\r\n", 14);
+        return;
+    }
+    if (S->extra &&
+        (below(&S->xrng, 12) == 0 ||
+         (cl->ks_pat >= 0 && !cl->ks_flying && below(&S->xrng, 3) == 0))) {
+        keys_send(cl, p);
         return;
     }
     if (below(&S->rng, 12) == 0 && cl->ttl_state != 1) {
@@ -1956,6 +2230,25 @@ static void send_cmd(client *cl) {
         if (i == bad_after) n += bad_cmd(cl, req + n);
         make_cmd(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
         scan_step(cl, &p->cmd[i], &p->key[i], &p->key2[i]);
+        /* Seeds with `extra`: half the HGETALLs as HSCAN (a hash of
+         * the workload's comes whole: its fields and values, cursor 0,
+         * whatever the COUNT). */
+        if (S->extra && p->cmd[i].op == OP_HGETALL && below(&S->xrng, 2)) {
+            model_cmd *c = &p->cmd[i];
+            c->op = OP_HSCAN;
+            c->cursor = 0;
+            c->cnt = 1 + (int64_t)below(&S->xrng, 10);
+            /* of a key the model holds a hash in, when one does */
+            int k0 = (int)below(&S->xrng, KEYS);
+            for (int k = 0; k < KEYS; k++)
+                if (cl->keys[(k0 + k) % KEYS].c[0].type == MODEL_HASH) {
+                    p->key[i] = p->key2[i] = (k0 + k) % KEYS;
+                    snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id,
+                             p->key[i]);
+                    memcpy(c->key2, c->key, sizeof c->key2);
+                    break;
+                }
+        }
         /* Big seeds: half the transactions read a big value first, so
          * EXEC both logs records and answers past REPLY_HANDOVER. */
         if (multi && i == 0 && S->big_len && below(&S->rng, 2) &&
@@ -2120,6 +2413,9 @@ static void check_reply(client *cl, const char *r, size_t len) {
         S->cmds_run += (uint64_t)p->ncmd;
         for (int i = 0; i < p->ncmd; i++)
             scan_after(cl, p->cmd[i].op, p->key[i], p->key[i], r, 0);
+    } else if (p->kind == P_KEYS) {
+        S->cmds_run++;
+        keys_reply(cl, p, r, len, lo, now);
     } else if (p->kind == P_QUIT) {
         if (len != 5 || memcmp(r, "+OK\r\n", 5) != 0)
             fail(S, "c%d: QUIT got %.*s", cl->id, (int)len, r);
@@ -2209,6 +2505,7 @@ static void check_reply(client *cl, const char *r, size_t len) {
     char text[160];
     lull_simnet_log(S->net, "c%d < %s", cl->id,
                     oneline(r, len, text, sizeof text));
+    if (!(p->kind == P_KEYS && p->walk)) keys_after(cl, lo, now);
     cl->lb = lo;
     for (int i = 0; i < KEYS; i++)
         model_settle(&cl->keys[i], cl->lb);
@@ -2275,6 +2572,7 @@ static void client_closed(lull_endpoint *ep, int reason) {
             cl->unknown[p->key[j]] = cl->unknown[p->key2[j]] = true;
     }
     scan_abandon(cl); /* its keys forgotten, its step maybe lost */
+    keys_abandon(cl);
     cl->qlen = 0;
     cl->in.len = 0;
     cl->quitting = false;
@@ -2593,6 +2891,290 @@ static void reader_stop(sim *S) {
     rd->closing = true;
     lull_timer_stop(&rd->timer);
     if (rd->live) lull_endpoint_close(&rd->c.ep, 0);
+}
+
+/* ------------------------------------------------------------ pub/sub */
+
+/* Seeds with `extra`: on the primary (and on a replica in half of them)
+ * a publisher and two subscribers, on links with the seed's faults less
+ * those that end a connection: A subscribes to ch:0 and ch:1, B to the
+ * pattern ch:* and the channel ch:1. The publisher sends PUBLISHes to
+ * ch:0, ch:1 and ch:2, pipelined; then A drops ch:1 and B ch:*, and it
+ * publishes again. Each PUBLISH must answer how many got it, and each
+ * subscriber must get every message of its subscriptions once, in the
+ * order published, a channel's before a pattern's (Redis' order), and
+ * nothing else: not a message published on another node (lull-kv does
+ * not log PUBLISH, docs/KV.md), nor one of a channel it dropped. */
+
+static void ps_expect(ps_conn *pc, const char *bytes, size_t n) {
+    sim *S = pc->g->S;
+    if (pc->wlen == PS_WANT || n > PS_WANT_LEN) {
+        fail(S, "pubsub: more owed than the simulator keeps");
+        return;
+    }
+    int i = (pc->whead + pc->wlen++) % PS_WANT;
+    memcpy(pc->want[i], bytes, n);
+    pc->want_len[i] = (uint8_t)n;
+}
+
+static void ps_send(ps_conn *pc, const char *req, size_t n) {
+    int rc = lull_endpoint_send_copy(&pc->c.ep, req, n);
+    if (rc < 0) fail(pc->g->S, "pubsub: a send was refused: %s", strerror(-rc));
+}
+
+/* A subscribe or unsubscribe command (kind: "subscribe", ...) of one
+ * name, and its confirmation, which says how many the client then has. */
+static void ps_sub(ps_conn *pc, const char *kind, const char *name, int after) {
+    char req[96], want[96];
+    size_t kl = strlen(kind), nl = strlen(name);
+    int n =
+        sprintf(req, "*2\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n", kl, kind, nl, name);
+    int w = sprintf(want, "*3\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n:%d\r\n", kl, kind,
+                    nl, name, after);
+    ps_expect(pc, want, (size_t)w);
+    lull_simnet_log(pc->g->S->net, "ps%d.%d > %s %s", pc->g->node, pc->role,
+                    kind, name);
+    ps_send(pc, req, (size_t)n);
+}
+
+static bool ps_settled(const ps_group *g) {
+    for (int i = 0; i < 3; i++)
+        if (!g->conn[i].up || g->conn[i].wlen) return false;
+    return true;
+}
+
+static void ps_close(ps_group *g) {
+    g->phase = 5;
+    lull_timer_stop(&g->timer);
+    for (int i = 0; i < 3; i++)
+        if (g->conn[i].live) lull_endpoint_close(&g->conn[i].c.ep, 0);
+}
+
+/* The primary's group, done, sends FLUSHALL or FLUSHDB (with SYNC or
+ * ASYNC, or neither) once the clients are done; its +OK empties every
+ * client's model. */
+static void ps_flush_maybe(sim *S) {
+    ps_group *g = &S->ps[0];
+    if (!S->nps || g->phase != 4 || S->active) return;
+    if (!S->flush) {
+        ps_close(g);
+        return;
+    }
+    if (g->flush_sent) return;
+    g->flush_sent = true;
+    /* FLUSHDB is logged as FLUSHALL; SYNC and ASYNC are the same here */
+    static const char *const how[][2] = {
+        {"FLUSHALL", "*1\r\n$8\r\nFLUSHALL\r\n"},
+        {"FLUSHDB", "*1\r\n$7\r\nFLUSHDB\r\n"},
+        {"FLUSHALL SYNC", "*2\r\n$8\r\nFLUSHALL\r\n$4\r\nSYNC\r\n"},
+        {"FLUSHDB ASYNC", "*2\r\n$7\r\nFLUSHDB\r\n$5\r\nASYNC\r\n"}};
+    int h = (int)below(&S->xrng, 4);
+    ps_expect(&g->conn[0], "+OK\r\n", 5);
+    lull_simnet_log(S->net, "ps0.0 > %s", how[h][0]);
+    ps_send(&g->conn[0], how[h][1], strlen(how[h][1]));
+}
+
+static void ps_publish(ps_group *g) {
+    sim *S = g->S;
+    int c = (int)below(&S->xrng, 3);
+    char chan[8], msg[32], req[128], want[PS_WANT_LEN];
+    snprintf(chan, sizeof chan, "ch:%d", c);
+    int ml = snprintf(msg, sizeof msg, "n%d.%d", g->node, ++g->seq);
+    int n = sprintf(req, "*3\r\n$7\r\nPUBLISH\r\n$4\r\n%s\r\n$%d\r\n%s\r\n",
+                    chan, ml, msg);
+    int got = 0;
+    for (int i = 1; i < 3; i++) {
+        ps_conn *pc = &g->conn[i];
+        if (c < 2 && (pc->subs >> c & 1)) {
+            int w = sprintf(want,
+                            "*3\r\n$7\r\nmessage\r\n$4\r\n%s\r\n$%d\r\n%s\r\n",
+                            chan, ml, msg);
+            ps_expect(pc, want, (size_t)w);
+            got++;
+        }
+        if (pc->subs & 4) {
+            int w =
+                sprintf(want,
+                        "*4\r\n$8\r\npmessage\r\n$4\r\nch:*\r\n$4\r\n%s\r\n$%d"
+                        "\r\n%s\r\n",
+                        chan, ml, msg);
+            ps_expect(pc, want, (size_t)w);
+            got++;
+        }
+    }
+    int w = sprintf(want, ":%d\r\n", got);
+    ps_expect(&g->conn[0], want, (size_t)w);
+    lull_simnet_log(S->net, "ps%d.0 > PUBLISH %s %s", g->node, chan, msg);
+    ps_send(&g->conn[0], req, (size_t)n);
+}
+
+/* The group's next move, after anything it got. */
+static void ps_advance(ps_group *g) {
+    sim *S = g->S;
+    if (S->failed || S->tearing_down) return;
+    if (g->phase == 0 && ps_settled(g)) {
+        g->phase = 1;
+        g->left = 5 + (int)below(&S->xrng, 30);
+    }
+    if (g->phase == 1 || g->phase == 3) {
+        ps_conn *pub = &g->conn[0];
+        while (g->left > 0 && pub->wlen < g->depth &&
+               !lull_timer_active(&g->timer)) {
+            ps_publish(g);
+            g->left--;
+            uint64_t think = below(&S->xrng, 3);
+            if (think)
+                lull_timer_start(&g->timer, think * below(&S->xrng, MS), 0);
+        }
+        if (g->left == 0 && pub->wlen == 0) {
+            if (g->phase == 1) {
+                g->phase = 2;
+                g->conn[1].subs &= ~2u;
+                ps_sub(&g->conn[1], "unsubscribe", "ch:1", 1);
+                g->conn[2].subs &= ~4u;
+                ps_sub(&g->conn[2], "punsubscribe", "ch:*", 1);
+                return;
+            }
+            g->phase = 4;
+        }
+    }
+    if (g->phase == 2 && ps_settled(g)) {
+        g->phase = 3;
+        g->left = 3 + (int)below(&S->xrng, 10);
+        ps_advance(g);
+        return;
+    }
+    if (g->phase == 4 && ps_settled(g)) {
+        if (g->node)
+            ps_close(g);
+        else
+            ps_flush_maybe(S);
+    }
+}
+
+static void ps_timer(lull_timer *t) {
+    ps_advance(LULL_CONTAINER_OF(t, ps_group, timer));
+}
+
+static void ps_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    ps_conn *pc = ep->data;
+    ps_group *g = pc->g;
+    sim *S = g->S;
+    buf_put(&pc->in, bytes, len);
+    size_t at = 0;
+    while (at < pc->in.len && !S->failed) {
+        const char *r = pc->in.p + at;
+        long n = model_reply_len(r, pc->in.len - at);
+        if (n == 0) break;
+        char got[160], want[160];
+        const char *who = pc->role == 0   ? "the publisher"
+                          : pc->role == 1 ? "subscriber A"
+                                          : "subscriber B";
+        if (n < 0 || !pc->wlen) {
+            fail(S, "pubsub: %s of %s got %s, nothing owed to it", who,
+                 S->nodes[g->node].name,
+                 oneline(r, pc->in.len - at, got, sizeof got));
+            return;
+        }
+        const char *w = pc->want[pc->whead];
+        size_t wl = pc->want_len[pc->whead];
+        if ((size_t)n != wl || memcmp(r, w, wl) != 0) {
+            fail(S, "pubsub: %s of %s got %s; next owed: %s", who,
+                 S->nodes[g->node].name, oneline(r, (size_t)n, got, sizeof got),
+                 oneline(w, wl, want, sizeof want));
+            return;
+        }
+        lull_simnet_log(S->net, "ps%d.%d < %s", g->node, pc->role,
+                        oneline(r, (size_t)n, got, sizeof got));
+        if (pc->role) S->pushes++;
+        if (pc->role == 0 && g->flush_sent && pc->wlen == 1) {
+            S->flushes++;
+            for (int c = 0; c < S->nclients; c++)
+                for (int k = 0; k < KEYS; k++)
+                    model_key_init(&S->clients[c].keys[k]);
+        }
+        pc->whead = (pc->whead + 1) % PS_WANT;
+        pc->wlen--;
+        at += (size_t)n;
+    }
+    buf_consume(&pc->in, at);
+    if (g->flush_sent && !g->conn[0].wlen) {
+        ps_close(g);
+        return;
+    }
+    ps_advance(g);
+}
+
+static void ps_closed(lull_endpoint *ep, int reason) {
+    ps_conn *pc = ep->data;
+    ps_group *g = pc->g;
+    pc->live = pc->up = false;
+    if (g->phase != 5)
+        fail(g->S, "pubsub: a clean link to %s closed (%s) in phase %d",
+             g->S->nodes[g->node].name,
+             reason ? lull_err_name(reason) : "an EOF", g->phase);
+}
+
+static void ps_connected(lull_simconn *c, int status) {
+    ps_conn *pc = c->ep.data;
+    if (status < 0) return; /* ps_closed says so */
+    pc->up = true;
+    if (pc->role == 1) {
+        pc->subs = 3;
+        ps_sub(pc, "subscribe", "ch:0", 1);
+        ps_sub(pc, "subscribe", "ch:1", 2);
+    } else if (pc->role == 2) {
+        pc->subs = 6;
+        ps_sub(pc, "psubscribe", "ch:*", 1);
+        ps_sub(pc, "subscribe", "ch:1", 2);
+    }
+    ps_advance(pc->g);
+}
+
+static void ps_start(sim *S, ps_group *g, int at) {
+    g->S = S;
+    g->node = at;
+    g->depth = 1 + (int)below(&S->xrng, PIPE_MAX);
+    lull_timer_init(S->loop, &g->timer, ps_timer);
+    for (int i = 0; i < 3; i++) {
+        ps_conn *pc = &g->conn[i];
+        char name[16];
+        snprintf(name, sizeof name, "ps%d.%d", at, i);
+        lull_simconn_options o = {.flags = LULL_SIMCONN_RAW,
+                                  .name = name,
+                                  .faults = &S->clean_faults};
+        pc->g = g;
+        pc->role = i;
+        pc->c.ep.data = pc;
+        if (lull_simconn_connect(S->net, &pc->c, S->nodes[at].name, &o,
+                                 ps_connected) < 0) {
+            fail(S, "pubsub: connect refused at once");
+            return;
+        }
+        pc->live = true;
+        lull_endpoint_set_callbacks(&pc->c.ep, ps_frame, NULL, ps_closed);
+    }
+}
+
+/* What a group that did not finish waits for, into out. */
+static bool ps_unfinished(sim *S, char *out, size_t cap) {
+    for (int i = 0; i < S->nps; i++) {
+        ps_group *g = &S->ps[i];
+        if (g->phase == 5) continue;
+        int c = 0;
+        while (c < 2 && !g->conn[c].wlen)
+            c++;
+        ps_conn *pc = &g->conn[c];
+        char w[160];
+        snprintf(out, cap, "pubsub on %s stuck in phase %d: %s%s",
+                 S->nodes[g->node].name, g->phase,
+                 pc->wlen ? "owed " : "nothing owed",
+                 pc->wlen ? oneline(pc->want[pc->whead],
+                                    pc->want_len[pc->whead], w, sizeof w)
+                          : "");
+        return true;
+    }
+    return false;
 }
 
 /* ------------------------------------------------------------ checks */
@@ -3119,6 +3701,11 @@ static void final_replicas(sim *S);
 static void final_checks(sim *S) {
     server *p = &S->nodes[0].srv;
     int64_t now = ms_now(S);
+    char stuck[300];
+    if (ps_unfinished(S, stuck, sizeof stuck)) {
+        fail(S, "%s", stuck);
+        return;
+    }
     for (int c = 0; c < S->nclients && !S->failed; c++) {
         client *cl = &S->clients[c];
         if (cl->state != C_DONE) {
@@ -3338,7 +3925,8 @@ typedef struct outcome {
     uint64_t probes; /* the prober's SETs read back early and late */
     uint64_t bigs, same_len, hangups;
     uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
-    uint64_t io[IO_KINDS];      /* --streams: each fault kind's effects */
+    uint64_t keys_checked, kwalks, pushes, flushes; /* `extra`'s */
+    uint64_t io[IO_KINDS]; /* --streams: each fault kind's effects */
     bool io_drawn[IO_KINDS];
 } outcome;
 
@@ -3387,6 +3975,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
      * what it was before seeds restarted their primary. */
     uint64_t rs = seed ^ 0x7265737461727421ull;
     S->restart = !S->no_faults && rnd(&rs) % 4 == 0;
+    /* Drawn apart too: a seed without `extra` runs as it did before. */
+    S->xrng = seed ^ 0x7075627375622121ull;
+    S->extra = !S->no_faults && rnd(&S->xrng) % 3 == 0;
+    S->flush = S->extra && rnd(&S->xrng) % 2 == 0;
+    if (S->extra) S->nps = 1 + (int)(rnd(&S->xrng) % 2);
     uint64_t *r = &S->rng;
     S->nreplicas = 1 + (int)below(r, REPLICAS_MAX);
     S->nclients = 1 + (int)below(r, CLIENTS_MAX);
@@ -3473,6 +4066,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
         cl->depth = 1 + (int)below(r, PIPE_MAX);
         cl->keys = client_keys[i];
         cl->scan_key = -1;
+        cl->ks_pat = -1;
         /* Over the streams, the first client's links are clean: the stream
          * code's short counts and retries under it, and nothing that may
          * end a connection, so that a stream which loses a reply or ends
@@ -3490,6 +4084,9 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->rd.replica = 1 + (int)below(r, (uint64_t)S->nreplicas);
     lull_timer_init(S->loop, &S->rd.timer, reader_timer);
     lull_timer_start(&S->rd.timer, below(r, 20 * MS), 0);
+    for (int i = 0; i < S->nps; i++)
+        ps_start(S, &S->ps[i],
+                 i ? 1 + (int)below(&S->xrng, (uint64_t)S->nreplicas) : 0);
     if (streams_mode)
         run_streams(S, false);
     else
@@ -3507,6 +4104,10 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->probes = S->probe.probes;
     out->scans = S->scans;
     out->scan_parts = S->scan_parts;
+    out->keys_checked = S->keys_checked;
+    out->kwalks = S->kwalks;
+    out->pushes = S->pushes;
+    out->flushes = S->flushes;
     out->bigs = S->bigs;
     out->same_len = S->same_len;
     out->hangups = S->hangups;
@@ -3519,6 +4120,8 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->tearing_down = true;
     probe_stop(S);
     reader_stop(S);
+    for (int i = 0; i < S->nps; i++)
+        if (S->ps[i].phase != 5) ps_close(&S->ps[i]);
     for (int i = 0; i < S->nclients; i++) {
         client *cl = &S->clients[i];
         lull_timer_stop(&cl->timer);
@@ -3563,6 +4166,9 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
         buf_free(&S->clients[i].in);
     buf_free(&S->probe.in);
     buf_free(&S->rd.in);
+    for (int i = 0; i < S->nps; i++)
+        for (int c = 0; c < 3; c++)
+            buf_free(&S->ps[i].conn[c].in);
     int rc = lull_simnet_free(S->net);
     if (rc < 0 && !S->failed) {
         S->failed = true;
@@ -3735,6 +4341,9 @@ static const struct {
               {"scan-skip", KV_PLANT_SCAN_SKIP},
               {"blob-inplace", KV_PLANT_BLOB_INPLACE},
               {"resume-replid", KV_PLANT_RESUME_REPLID},
+              {"publish-pattern", KV_PLANT_PUBLISH_PATTERN},
+              {"scan-match-end", KV_PLANT_SCAN_MATCH_END},
+              {"flush-unlogged", KV_PLANT_FLUSH_UNLOGGED},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -4142,7 +4751,8 @@ int main(int argc, char **argv) {
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
-    uint64_t scan_parts = 0;
+    uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0, pushes = 0;
+    uint64_t flushes = 0;
     fault_tally faults = {0};
     signal(SIGALRM, hang_alarm); /* the seed watchdog (hang_arm) */
     static const int fatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
@@ -4171,6 +4781,10 @@ int main(int argc, char **argv) {
         hangups += o.hangups;
         scans += o.scans;
         scan_parts += o.scan_parts;
+        keys_checked += o.keys_checked;
+        kwalks += o.kwalks;
+        pushes += o.pushes;
+        flushes += o.flushes;
         total.events += o.stats.events;
         total.partitions += o.stats.partitions;
         total.breaks += o.stats.breaks;
@@ -4224,12 +4838,14 @@ int main(int argc, char **argv) {
            " expiry probes; %" PRIu64 " big values set (%" PRIu64
            " over one of equal length), %" PRIu64 " clients hung up; %" PRIu64
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
-           " steps with a cursor to go on)\n",
+           " steps with a cursor to go on); %" PRIu64 " KEYS and %" PRIu64
+           " SCAN MATCH walks checked, %" PRIu64
+           " pub/sub replies and messages, %" PRIu64 " flushes\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
            restarts, expired, probes, bigs, same_len, hangups, scans,
-           scan_parts);
+           scan_parts, keys_checked, kwalks, pushes, flushes);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)

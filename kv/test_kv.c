@@ -3518,6 +3518,89 @@ TEST(model_checks_a_scan_walk) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+TEST(model_checks_hscan_and_what_keys_may_name) {
+    /* HSCAN in the model: a hash of up to 128 fields comes whole, cursor
+     * 0, whatever the COUNT, each field once with its value, in any
+     * order; lull-kv's reply is one. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    buf out = {0};
+    int64_t now = 1000000000000ll;
+    static model_key k; /* over 1 MiB */
+    model_key_init(&k);
+    for (int i = 0; i < 3; i++) { /* f0 c, f1 cc, f2 ccc */
+        model_cmd hs = {.op = OP_HSET, .key = "h"};
+        snprintf(hs.field, sizeof hs.field, "f%d", i);
+        snprintf(hs.val, sizeof hs.val, "%.*s", i + 1, "ccc");
+        exec_model_cmd(&v, &hs, &out);
+        CHECK(model_apply(&k, &hs, now, now, out.p, out.len));
+    }
+    model_cmd hscan = {.op = OP_HSCAN, .key = "h", .cnt = 1};
+    exec_model_cmd(&v, &hscan, &out);
+    CHECK(model_apply(&k, &hscan, now, now, out.p, out.len));
+    static const char other[] =
+        "*2\r\n$1\r\n0\r\n*6\r\n$2\r\nf2\r\n$3\r\nccc\r\n$2\r\nf0\r\n$1\r\n"
+        "c\r\n$2\r\nf1\r\n$2\r\ncc\r\n";
+    CHECK(model_apply(&k, &hscan, now, now, other, sizeof other - 1));
+    static const char *const bad[] = {
+        /* a wrong value */
+        "*2\r\n$1\r\n0\r\n*6\r\n$2\r\nf2\r\n$3\r\nccc\r\n$2\r\nf0\r\n$1\r\n"
+        "x\r\n$2\r\nf1\r\n$2\r\ncc\r\n",
+        /* a field left out */
+        "*2\r\n$1\r\n0\r\n*4\r\n$2\r\nf2\r\n$3\r\nccc\r\n$2\r\nf0\r\n$1\r\n"
+        "c\r\n",
+        /* a field twice */
+        "*2\r\n$1\r\n0\r\n*6\r\n$2\r\nf0\r\n$1\r\nc\r\n$2\r\nf0\r\n$1\r\n"
+        "c\r\n$2\r\nf1\r\n$2\r\ncc\r\n",
+        /* whole, but a cursor to go on */
+        "*2\r\n$1\r\n5\r\n*6\r\n$2\r\nf2\r\n$3\r\nccc\r\n$2\r\nf0\r\n$1\r\n"
+        "c\r\n$2\r\nf1\r\n$2\r\ncc\r\n"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK(!model_apply(&k, &hscan, now, now, bad[i], strlen(bad[i])));
+    model_cmd set = {.op = OP_SET, .key = "h", .val = "1"};
+    exec_model_cmd(&v, &set, &out);
+    CHECK(model_apply(&k, &set, now, now, out.p, out.len));
+    exec_model_cmd(&v, &hscan, &out);
+    CHECK(model_apply(&k, &hscan, now, now, out.p, out.len)); /* WRONGTYPE */
+    CHECK(strstr(out.p, "WRONGTYPE") == out.p + 1);
+    buf_free(&out);
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+
+    /* model_exists: what KEYS and SCAN run in [lo, hi] may name (a key
+     * there at some instant) and must (there at every one). A key with
+     * PXAT 150 is there in ms 150, gone from 151. */
+    static model_key e;
+    model_key_init(&e);
+    bool may, must;
+    model_exists(&e, 0, 10, &may, &must);
+    CHECK(!may && !must);
+    model_cmd px = {.op = OP_SET_PXAT, .key = "a", .val = "1", .at = 150};
+    CHECK(model_apply(&e, &px, 100, 100, "+OK\r\n", 5));
+    model_exists(&e, 100, 150, &may, &must);
+    CHECK(may && must);
+    model_exists(&e, 100, 151, &may, &must);
+    CHECK(may && !must);
+    model_exists(&e, 150, 200, &may, &must);
+    CHECK(may && !must);
+    model_exists(&e, 151, 200, &may, &must);
+    CHECK(!may && !must);
+    /* PSETEX 50 sent in [100, 120]: it expires at some ms in [150,
+     * 170], so in [160, 165] it may be there and need not be; it is
+     * there throughout [120, 150], and gone for sure after 170. */
+    static model_key u;
+    model_key_init(&u);
+    model_cmd psx = {.op = OP_PSETEX, .key = "b", .val = "1", .i1 = 50};
+    CHECK(model_apply(&u, &psx, 100, 120, "+OK\r\n", 5));
+    model_exists(&u, 160, 165, &may, &must);
+    CHECK(may && !must);
+    model_exists(&u, 120, 150, &may, &must);
+    CHECK(may && must);
+    model_exists(&u, 171, 180, &may, &must);
+    CHECK(!may && !must);
+}
+
 TEST(model_keeps_what_an_uncertain_instant_allows) {
     /* A key that expires inside a command's window may be read as there
      * or gone; the reply decides, and the model keeps only that. */
