@@ -67,6 +67,10 @@
 #                     lowering it closes two more; a client beside them
 #                     gets every reply right, and lull-kv's peak RSS stays
 #                     within the budget and twice a reply over its data
+#   clients_memory_queued  transactions queued and never run count in
+#                     maxmemory-clients too: of three clients queueing 1, 2
+#                     and 10 MiB at 8mb, the third is closed (nothing
+#                     bounded their sum), the others' EXECs run
 #   hello3_refused    HELLO 3 gets -NOPROTO, as from a RESP2-only server,
 #                     and the connection goes on in RESP2 (redis-server 7
 #                     speaks RESP3: it answers a map); `redis-cli -3` says
@@ -1034,6 +1038,72 @@ print("%d round trips beside them; peak RSS %d kB over the data" % (i, peak))
 # caches, the stream's): 80 MiB (seen: 58 to 72); the 136 MiB asked for
 # were all held before (seen: 150).
 assert peak < (32 + 2 * 16 + 16) * 1024, "lull-kv's peak grew %d kB" % peak
+PY
+}
+
+case_clients_memory_queued() {
+    need_python
+    start p --port 0 --maxmemory-clients 8mb
+    python3 - "$started_port" "$dir/p.out" <<'PY' || fail "queued transactions"
+import socket, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+MiB = 1 << 20
+def cmd(*args):
+    out = b"*%d\r\n" % len(args)
+    for a in args:
+        out += b"$%d\r\n%s\r\n" % (len(a), a)
+    return out
+def reply(s, n):
+    got = b""
+    while len(got) < n:
+        d = s.recv(n - len(got))
+        assert d, "closed"
+        got += d
+    return got
+def evictions():
+    return [l for l in open(log) if "maxmemory-clients" in l]
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(20)
+# Three clients queue 1, 2 and up to 10 MiB of SETs and never EXEC (each
+# far under client-query-buffer-limit): past 8 MiB together the third,
+# then holding over 5 MiB, the most, is closed; the others keep theirs.
+queued = {}
+i = 0
+for n in (1, 2, 10):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.settimeout(20)
+    s.sendall(cmd(b"MULTI"))
+    assert reply(s, 5) == b"+OK\r\n"
+    for j in range(n):
+        try:
+            s.sendall(cmd(b"SET", b"q%d" % j, b"v" * MiB))
+            assert reply(s, 9) == b"+QUEUED\r\n", "queued %d of %d" % (j, n)
+        except (AssertionError, ConnectionError):
+            # Only the biggest, once past the budget, may be closed.
+            assert n == 10 and evictions(), "queued %d of %d" % (j, n)
+            break
+    queued[n] = s
+    key = b"g%d" % i
+    good.sendall(cmd(b"SET", key, key) + cmd(b"GET", key))
+    w = b"+OK\r\n$%d\r\n%s\r\n" % (len(key), key)
+    assert reply(good, len(w)) == w, "wrong reply"
+    i += 1
+end = time.time() + 20
+while len(evictions()) < 1:
+    assert time.time() < end, "no eviction: %s" % open(log).read()
+    time.sleep(0.05)
+lines = evictions()
+assert len(lines) == 1, lines
+name = "127.0.0.1:%d" % queued[10].getsockname()[1]
+assert "client %s: evicted" % name in lines[0], lines
+print(lines[0].strip())
+# The two left run theirs.
+for n in (1, 2):
+    queued[n].sendall(cmd(b"EXEC"))
+    w = b"*%d\r\n" % n + b"+OK\r\n" * n
+    assert reply(queued[n], len(w)) == w, "EXEC of %d" % n
+good.sendall(cmd(b"STRLEN", b"q1") + cmd(b"EXISTS", b"q2"))
+assert reply(good, 14) == b":1048576\r\n:0\r\n", "q1, q2 after EXEC"
 PY
 }
 

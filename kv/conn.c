@@ -229,34 +229,38 @@ static void drop_unwritten(conn *c) {
  *
  * The sum is kept as each client is looked at, not summed per send: a
  * client's part (conn.mem) changes when its output is checked (a send
- * with check_at reached, on drain), when part of a command is kept, and
- * when it closes. A client holding less than CLIENT_MEM_MIN counts 0, so
- * a send of the usual small reply costs flush's one comparison it had
- * (check_at in place of the hard limit), and such a client is never
- * closed for the budget: maxclients bounds what they hold. The sum may
- * be stale high (a client's bytes drained with nothing to look at it
- * since); over the budget, every client is looked at again before any is
- * closed. */
+ * with check_at reached, on drain), when part of a command is kept, when
+ * its queued transaction passes queue_check, and when it closes. A client
+ * holding less than CLIENT_MEM_MIN counts 0, so a send of the usual small reply
+ * costs flush's one comparison it had (check_at in place of the hard limit),
+ * and such a client is never closed for the budget: maxclients bounds what they
+ * hold. The sum may be stale high (a client's bytes drained with nothing to
+ * look at it since); over the budget, every client is looked at again before
+ * any is closed. */
 #define CLIENT_MEM_MIN REPLY_HANDOVER
 
 /* What c holds for its peer and of its requests: its replies not yet
- * handed to the stream and the stream's queue, its input buffer and a
- * large argument being received (its bytes so far, or whole). */
+ * handed to the stream and the stream's queue, its input buffer, a large
+ * argument being received (its bytes so far, or whole) and its queued
+ * transaction. */
 static size_t conn_mem(const conn *c) {
     size_t blob = c->blob_want ? c->blob_got : c->blob ? c->ps.ext_len + 2 : 0;
-    size_t n = c->out.len + c->ep->queued + c->in.cap + blob;
+    size_t n =
+        c->out.len + c->ep->queued + c->in.cap + blob + c->cl.queue_bytes;
     return n < CLIENT_MEM_MIN ? 0 : n;
 }
 
-/* flush's test for c: see conn.check_at. */
+/* flush's and run_batch's tests for c: see conn.check_at. */
 static void set_check(conn *c) {
     size_t hard = c->srv->obl[CLASS_NORMAL].hard;
-    size_t at = hard ? hard : SIZE_MAX;
+    size_t at = hard ? hard : SIZE_MAX, queue = c->srv->qbuf_limit;
     if (c->srv->maxmemory_clients) {
         size_t m = c->mem ? 0 : CLIENT_MEM_MIN;
         if (m < at) at = m;
+        if (m < queue) queue = m;
     }
     c->check_at = at;
+    c->queue_check = queue;
 }
 
 /* Whether the budget applies to c: a client, not a replica's link (the
@@ -732,13 +736,20 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
              * query buffer's limit, or MULTI and SETs never EXECed would
              * take as much memory as the client sent (Redis has no
              * bound on it). */
-            if (__builtin_expect(c->cl.queue_bytes > srv->qbuf_limit, 0)) {
-                conn_drop(c,
-                          "queued transaction of %zu bytes over "
-                          "client-query-buffer-limit (%zu)",
-                          c->cl.queue_bytes, srv->qbuf_limit);
-                alive = false;
-                break;
+            if (__builtin_expect(c->cl.queue_bytes > c->queue_check, 0)) {
+                if (c->cl.queue_bytes > srv->qbuf_limit) {
+                    conn_drop(c,
+                              "queued transaction of %zu bytes over "
+                              "client-query-buffer-limit (%zu)",
+                              c->cl.queue_bytes, srv->qbuf_limit);
+                    alive = false;
+                    break;
+                }
+                /* (counted in maxmemory-clients' sum too) */
+                if (srv->maxmemory_clients && !account(c)) {
+                    alive = false;
+                    break;
+                }
             }
         }
         if ((c->out.len >= REPLY_HANDOVER && !c->closing) ||

@@ -311,6 +311,9 @@ struct conn {
      * normal hard limit; with a budget, CLIENT_MEM_MIN while mem is 0, and
      * 0 while it is not, so a counted client is looked at each send). */
     size_t check_at;
+    /* run_batch's test of a queued transaction's bytes, the same way:
+     * client-query-buffer-limit, or less while the budget counts. */
+    size_t queue_check;
 };
 
 /* node.c */
