@@ -1223,7 +1223,7 @@ int main(int argc, char **argv) {
         } else if (more && strcmp(a, "--maxmemory-clients") == 0) {
             /* Bytes only: no maxmemory for a percentage to be of. */
             if (!parse_size(argv[++i], &srv.maxmemory_clients))
-                return refuse(a, "a size (bytes; 0 = none; no percentage)",
+                return refuse(a, "a size in bytes, 0 for none (no percentage)",
                               argv[i]);
             clients_budget_set = true;
         } else if (strcmp(a, "--client-output-buffer-limit") == 0) {
