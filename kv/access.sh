@@ -324,6 +324,7 @@ slaveof
 proto-max-bulk-len
 client-query-buffer-limit
 client-output-buffer-limit
+maxmemory-clients
 save
 appendonly
 *
@@ -342,9 +343,9 @@ port tls-port bind requirepass masterauth
 TLS-* tls-port
 nosuch
 '
-# lull-kv's one default that is not Redis' (docs/KV.md): a normal client's
-# replies are held to 1gb, as a reply is built whole. The redis-servers
-# whose CONFIG GET is compared are given it.
+# lull-kv's defaults that are not Redis' (docs/KV.md): a normal client's
+# replies are held to 1gb, as a reply is built whole (and maxmemory-clients,
+# below). The redis-servers whose CONFIG GET is compared are given them.
 obl=(--client-output-buffer-limit 'normal 1gb 0 0')
 # redis_start NAME ARGS...: a redis-server on a free port ($rs_port).
 redis_start() {
@@ -359,6 +360,11 @@ redis_up() { redis-cli -p "$1" PING 2>/dev/null | grep -q -E 'PONG|NOAUTH'; }
 if [ $have_redis = 1 ]; then
     copts=(--bind 127.0.0.1 127.0.0.2 --requirepass 'p w' --masterauth 'm a' --protected-mode no)
     start cfg --port 0 "${copts[@]}"
+    # And maxmemory-clients: lull-kv's is a quarter of the memory it may
+    # use (Redis' 0, none), given to the redis-servers as lull-kv says it.
+    mmc=$(redis-cli -p "$started_port" --user default --pass 'p w' --no-auth-warning CONFIG GET maxmemory-clients | tail -1)
+    case $mmc in '' | *[!0-9]*) fail "CONFIG GET maxmemory-clients: '$mmc'" ;; esac
+    obl+=(--maxmemory-clients "$mmc")
     redis_start rcfg "${copts[@]}"
     printf '%s' "$config_requests" | python3 "$dir/config.py" "$started_port" 0 "$rs_port" 0 'p w' >"$dir/config.res" ||
         fail "CONFIG GET differs from redis-server's: $(cat "$dir/config.res")"

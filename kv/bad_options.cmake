@@ -33,7 +33,10 @@ set(cases
   "--port 0 --replica-of h:+1|lull-kv: --replica-of takes HOST:PORT"
   "--port 0 --replica-of 'h: 1'|lull-kv: --replica-of takes HOST:PORT"
   "--port 0 --client-output-buffer-limit normal 1|lull-kv: --client-output-buffer-limit takes CLASS HARD SOFT SECONDS"
-  "--port 0 --tls-auth-clients x|lull-kv: --tls-auth-clients takes yes, no or optional, not 'x'")
+  "--port 0 --tls-auth-clients x|lull-kv: --tls-auth-clients takes yes, no or optional, not 'x'"
+  "--port 0 --maxmemory-clients 10%|lull-kv: --maxmemory-clients takes a size in bytes, 0 for none (no percentage), not '10%'"
+  "--port 0 --maxmemory-clients -1|lull-kv: --maxmemory-clients takes a size in bytes, 0 for none (no percentage), not '-1'"
+  "--port 0 --maxmemory-clients|lull-kv: --maxmemory-clients needs a value")
 foreach(c IN LISTS cases)
   string(FIND "${c}" "|" bar)
   string(SUBSTRING "${c}" 0 ${bar} args)

@@ -1019,13 +1019,27 @@ static void cmd_config_other(kv *k, kv_client *cl, const resp_arg *a,
     buf_str(out, "-ERR CONFIG: only CONFIG GET is supported\r\n");
 }
 
+/* CONFIG SET name value: the parameters the owner sets (kv.config_set:
+ * maxmemory-clients); any other, or several at once, refused as before. */
+static void cmd_config_set(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                           buf *out) {
+    const char *err =
+        argc == 4 && k->config_set ? k->config_set(k, &a[2], &a[3]) : "";
+    if (!err)
+        buf_str(out, "+OK\r\n");
+    else if (*err)
+        buf_str(out, err);
+    else
+        cmd_config_other(k, cl, a, argc, out);
+}
+
 /* CONFIG is a container, as CLIENT is: the subcommand and its arity are
  * checked before MULTI queues it, so a refused one aborts the
  * transaction (lull-kv queued "CONFIG GET" and "CONFIG FOO", answered
  * them from EXEC and ran the rest). */
 static const kv_cmd config_subcommands[] = {
     {"config|get", -3, 0, cmd_config_get},
-    {"config|set", -4, 0, cmd_config_other},
+    {"config|set", -4, 0, cmd_config_set},
     {"config|resetstat", 2, 0, cmd_config_other},
     {"config|rewrite", 2, 0, cmd_config_other},
     {"config|help", 2, 0, cmd_config_other},

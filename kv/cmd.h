@@ -192,6 +192,10 @@ struct kv {
     uint64_t plant;
     buf held; /* KV_PLANT_ACK_BEFORE_LOG: the write not logged yet */
     size_t held_argc;
+    /* CONFIG SET name value: NULL (set: +OK), or the error line to answer;
+     * "" for a parameter the owner does not set. NULL: none is set. */
+    const char *(*config_set)(kv *k, const resp_arg *name,
+                              const resp_arg *value);
 };
 
 /* The planted bugs (kv.plant). */

@@ -31,6 +31,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* blob.h's threshold is the reply handover's size (its comment says why):
  * one figure, checked where both are seen. */
@@ -63,6 +64,7 @@ static void conn_free(conn *c) {
     else
         srv->conns = c->next;
     if (c->next) c->next->prev = c->prev;
+    srv->clients_mem -= c->mem; /* (closed by its peer: no conn_drop) */
     if (c->link)
         link_drop(c->link);
     else
@@ -102,6 +104,8 @@ void conn_drop(conn *c, const char *fmt, ...) {
         va_end(ap);
         say_closed(c, why);
     }
+    c->srv->clients_mem -= c->mem; /* its memory goes with it */
+    c->mem = 0;
     c->gone = true;
     conn_quiet(c);
     /* A snapshot child holds the socket open too: it goes now. */
@@ -214,7 +218,129 @@ static void drop_unwritten(conn *c) {
               used, class_name[cls], c->srv->obl[cls].hard);
 }
 
+/* ------------------------------------------------- maxmemory-clients */
+
+/* The clients' buffers together are held to maxmemory-clients: each
+ * client under its own limits, many of them (each with a reply it never
+ * reads) could still take the machine's memory, and the OOM killer would
+ * end lull-kv and every client with it. Past the budget the client
+ * holding the most is closed, then the next, until the rest are under
+ * it, as Redis 7's client eviction does.
+ *
+ * The sum is kept as each client is looked at, not summed per send: a
+ * client's part (conn.mem) changes when its output is checked (a send
+ * with check_at reached, on drain), when part of a command is kept, when
+ * its queued transaction passes queue_check, and when it closes. A client
+ * holding less than CLIENT_MEM_MIN counts 0, so a send of the usual small reply
+ * costs flush's one comparison it had (check_at in place of the hard limit),
+ * and such a client is never closed for the budget: maxclients bounds what they
+ * hold. The sum may be stale high (a client's bytes drained with nothing to
+ * look at it since); over the budget, every client is looked at again before
+ * any is closed. */
+#define CLIENT_MEM_MIN REPLY_HANDOVER
+
+/* What c holds for its peer and of its requests: its replies not yet
+ * handed to the stream and the stream's queue, its input buffer, a large
+ * argument being received (its bytes so far, or whole) and its queued
+ * transaction. */
+static size_t conn_mem(const conn *c) {
+    size_t blob = c->blob_want ? c->blob_got : c->blob ? c->ps.ext_len + 2 : 0;
+    size_t n =
+        c->out.len + c->ep->queued + c->in.cap + blob + c->cl.queue_bytes;
+    return n < CLIENT_MEM_MIN ? 0 : n;
+}
+
+/* flush's and run_batch's tests for c: see conn.check_at. */
+static void set_check(conn *c) {
+    size_t hard = c->srv->obl[CLASS_NORMAL].hard;
+    size_t at = hard ? hard : SIZE_MAX, queue = c->srv->qbuf_limit;
+    if (c->srv->maxmemory_clients) {
+        size_t m = c->mem ? 0 : CLIENT_MEM_MIN;
+        if (m < at) at = m;
+        if (m < queue) queue = m;
+    }
+    c->check_at = at;
+    c->queue_check = queue;
+}
+
+/* Whether the budget applies to c: a client, not a replica's link (the
+ * link to a primary is no conn), nor one closed already. */
+static bool evictable(const conn *c) {
+    return !c->link && !c->gone;
+}
+
+/* c's part of the sum, set to n. */
+static void set_mem(conn *c, size_t n) {
+    c->srv->clients_mem += n - c->mem; /* (modulo: n may be less) */
+    c->mem = n;
+    set_check(c);
+}
+
+/* Over the budget: every client looked at again, then the ones holding
+ * the most closed, biggest first, until the rest are under it. */
+static void evict(server *srv) {
+    for (conn *d = srv->conns; d; d = d->next)
+        if (evictable(d)) set_mem(d, conn_mem(d));
+    size_t budget = srv->maxmemory_clients;
+    while (budget && srv->clients_mem > budget) {
+        conn *big = NULL;
+        for (conn *d = srv->conns; d; d = d->next)
+            if (evictable(d) && d->mem && (!big || d->mem > big->mem)) big = d;
+        if (!big) break;
+        srv->evicted_clients++;
+        conn_drop(big,
+                  "evicted, the client holding the most (%zu bytes) while "
+                  "the clients hold %zu, over maxmemory-clients (%zu)",
+                  big->mem, srv->clients_mem, budget);
+    }
+}
+
+/* c looked at: its part of the sum brought up to date, and the clients
+ * over the budget closed. False when c was among them. */
+static bool account(conn *c) {
+    if (!evictable(c)) return !c->gone;
+    server *srv = c->srv;
+    set_mem(c, conn_mem(c));
+    if (srv->clients_mem > srv->maxmemory_clients) evict(srv);
+    return !c->gone;
+}
+
+void clients_evict(lull_task *t) {
+    server *srv = LULL_CONTAINER_OF(t, server, evict);
+    if (srv->maxmemory_clients && srv->clients_mem > srv->maxmemory_clients)
+        evict(srv);
+}
+
+void conn_budget_set(server *srv, size_t budget) {
+    srv->maxmemory_clients = budget;
+    snprintf(srv->maxmemory_clients_text, sizeof srv->maxmemory_clients_text,
+             "%zu", budget);
+    /* Every client is looked at again (no budget: none is counted), and
+     * the ones over it are closed in a later turn: the client that set it
+     * is still running its command. */
+    for (conn *c = srv->conns; c; c = c->next)
+        if (evictable(c)) set_mem(c, budget ? conn_mem(c) : 0);
+    if (budget && srv->clients_mem > budget && srv->loop)
+        lull_task_post(srv->loop, &srv->evict);
+}
+
+const char *conn_config_set(kv *k, const resp_arg *name,
+                            const resp_arg *value) {
+    static const char param[] = "maxmemory-clients";
+    if (name->len != sizeof param - 1 ||
+        strncasecmp(name->p, param, sizeof param - 1) != 0)
+        return "";
+    size_t n;
+    /* Bytes only: lull-kv has no maxmemory for a percentage to be of. */
+    if (!kv_parse_size(value->p, value->len, &n))
+        return "-ERR CONFIG SET failed (possibly related to argument "
+               "'maxmemory-clients') - argument must be a memory value\r\n";
+    conn_budget_set(LULL_CONTAINER_OF(k, server, kv), n);
+    return NULL;
+}
+
 bool conn_check_output(conn *c) {
+    if (c->srv->maxmemory_clients && !account(c)) return false;
     int cls = conn_class(c);
     const obuf_limit *lim = &c->srv->obl[cls];
     if (!lim->hard && !lim->soft && !c->soft_armed) return true;
@@ -390,13 +516,13 @@ static inline __attribute__((always_inline)) bool flush(conn *c) {
         return false;
     }
     /* The common case, a normal client under its hard limit (lull-kv's
-     * default 1gb, or none) with no soft limit, costs a few loads here,
-     * not conn_check_output's call (27 instructions a GET). */
+     * default 1gb, or none) with no soft limit, holding less than
+     * maxmemory-clients counts (check_at), costs a few loads here, not
+     * conn_check_output's call (27 instructions a GET). */
     if (!c->link && !kv_client_subscribed(&c->cl) && !c->soft_armed &&
-        !c->srv->obl[CLASS_NORMAL].soft) {
-        size_t hard = c->srv->obl[CLASS_NORMAL].hard;
-        if (!hard || c->out.len + c->ep->queued < hard) return true;
-    }
+        !c->srv->obl[CLASS_NORMAL].soft &&
+        c->out.len + c->ep->queued < c->check_at)
+        return true;
     return conn_check_output(c);
 }
 
@@ -610,13 +736,20 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
              * query buffer's limit, or MULTI and SETs never EXECed would
              * take as much memory as the client sent (Redis has no
              * bound on it). */
-            if (__builtin_expect(c->cl.queue_bytes > srv->qbuf_limit, 0)) {
-                conn_drop(c,
-                          "queued transaction of %zu bytes over "
-                          "client-query-buffer-limit (%zu)",
-                          c->cl.queue_bytes, srv->qbuf_limit);
-                alive = false;
-                break;
+            if (__builtin_expect(c->cl.queue_bytes > c->queue_check, 0)) {
+                if (c->cl.queue_bytes > srv->qbuf_limit) {
+                    conn_drop(c,
+                              "queued transaction of %zu bytes over "
+                              "client-query-buffer-limit (%zu)",
+                              c->cl.queue_bytes, srv->qbuf_limit);
+                    alive = false;
+                    break;
+                }
+                /* (counted in maxmemory-clients' sum too) */
+                if (srv->maxmemory_clients && !account(c)) {
+                    alive = false;
+                    break;
+                }
             }
         }
         if ((c->out.len >= REPLY_HANDOVER && !c->closing) ||
@@ -794,6 +927,12 @@ static bool keep_input(conn *c, const char *bytes, size_t len) {
     return true;
 }
 
+/* keep_input, and the input kept counted in maxmemory-clients' sum. */
+static bool keep_counted(conn *c, const char *bytes, size_t len) {
+    if (!keep_input(c, bytes, len)) return false;
+    return !c->srv->maxmemory_clients || account(c);
+}
+
 static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     conn *c = ep->data;
     c->last_ns = lull_loop_now(c->srv->loop); /* CLIENT LIST's idle */
@@ -805,14 +944,14 @@ static void on_frame(lull_endpoint *ep, const void *bytes, size_t len) {
          * copied, so the common chunk of whole commands is not copied. */
         if (!run_commands(c, bytes, len, &used)) return;
         if (used < len && !c->closing &&
-            !keep_input(c, (const char *)bytes + used, len - used))
+            !keep_counted(c, (const char *)bytes + used, len - used))
             return;
         /* (a blob may have filled from this chunk: its command runs) */
         if (__builtin_expect(c->blob == NULL, 1)) {
             conn_after(c);
             return;
         }
-    } else if (!keep_input(c, bytes, len)) {
+    } else if (!keep_counted(c, bytes, len)) {
         return;
     }
     if (!c->waiting && !c->in.oom && !c->closing && c->in.len >= c->need) {
@@ -925,6 +1064,7 @@ conn *conn_new(server *srv) {
     c->srv = srv;
     kv_client_init(&c->cl, c, &c->out);
     set_cap(c);
+    set_check(c);
     c->cl.noauth = srv->requirepass != NULL;
     lull_task_init(&c->kick, conn_kick);
     return c;

@@ -6,10 +6,12 @@
 #include "server.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void srv_log(server *srv, const char *fmt, ...) {
     char line[512];
@@ -63,6 +65,31 @@ void server_defaults(server *srv) {
     srv->snap_timeout_ms = 60000;
 }
 
+bool kv_parse_size(const char *s, size_t len, size_t *out) {
+    static const struct {
+        const char *unit;
+        unsigned long long mul;
+    } units[] = {{"", 1},           {"b", 1},          {"k", 1000},
+                 {"kb", 1024},      {"m", 1000000},    {"mb", 1 << 20},
+                 {"g", 1000000000}, {"gb", 1ull << 30}};
+    size_t i = 0;
+    unsigned long long v = 0;
+    for (; i < len && s[i] >= '0' && s[i] <= '9'; i++) {
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (ULLONG_MAX - d) / 10) return false;
+        v = v * 10 + d;
+    }
+    if (i == 0) return false;
+    for (size_t u = 0; u < sizeof units / sizeof units[0]; u++)
+        if (strlen(units[u].unit) == len - i &&
+            strncasecmp(s + i, units[u].unit, len - i) == 0) {
+            if (v > SIZE_MAX / units[u].mul) return false;
+            *out = (size_t)(v * units[u].mul);
+            return true;
+        }
+    return false;
+}
+
 resp_arg *server_args(server *srv, size_t n) {
     if (n > srv->lim.max_args) {
         resp_arg *v = realloc(srv->argv, n * sizeof *v);
@@ -113,6 +140,9 @@ int server_open(server *srv, lull_loop *loop, const kv_net *net,
     srv->kv.client_list = conn_client_list;
     srv->kv.client_kill = conn_client_kill;
     srv->kv.max_string = srv->lim.max_bulk;
+    srv->kv.config_set = conn_config_set;
+    lull_task_init(&srv->evict, clients_evict);
+    conn_budget_set(srv, srv->maxmemory_clients);
     return 0;
 }
 
@@ -125,6 +155,7 @@ void server_stop(server *srv) {
     kv_expiry_stop(&srv->expiry);
     snapshots_stop(srv);
     senders_stop(srv);
+    lull_task_cancel(&srv->evict);
 }
 
 void server_free(server *srv) {

@@ -367,8 +367,10 @@ static void info_stats(kv *k, buf *b) {
                      "total_writes_processed:%" PRIu64 "\r\n"
                      "loop_polls:%" PRIu64 "\r\n"
                      "loop_wakeups:%" PRIu64 "\r\n"
-                     "rejected_connections:%" PRIu64 "\r\n",
-                     reads, writes, m.polls, m.wakeups, stats_server->rejected);
+                     "rejected_connections:%" PRIu64 "\r\n"
+                     "evicted_clients:%" PRIu64 "\r\n",
+                     reads, writes, m.polls, m.wakeups, stats_server->rejected,
+                     stats_server->evicted_clients);
     if (n > 0 && (size_t)n < sizeof text) buf_put(b, text, (size_t)n);
 }
 
@@ -515,6 +517,11 @@ static const char usage_text[] =
     "                    per class (normal, replica or slave, pubsub), as\n"
     "                    Redis writes it; several classes may follow\n"
     "                    (default normal 1gb 0 0, not Redis' 0 0 0)\n"
+    "  --maxmemory-clients SIZE\n"
+    "                    the most all clients' buffers may hold together;\n"
+    "                    past it the ones holding the most are closed (bytes,\n"
+    "                    0 = none; default a quarter of the memory lull-kv\n"
+    "                    may use, not Redis' 0)\n"
     "  --replica-of HOST:PORT\n"
     "                    be a replica of that primary (HOST a name, looked\n"
     "                    up before each connect, or numeric; [IPv6])\n"
@@ -596,6 +603,7 @@ static bool takes_value(const char *a) {
                                         "--max-bulk",
                                         "--client-query-buffer-limit",
                                         "--client-output-buffer-limit",
+                                        "--maxmemory-clients",
                                         "--replica-of",
                                         "--repl-mode",
                                         "--repl-catchup",
@@ -620,24 +628,41 @@ static bool takes_value(const char *a) {
  * k / m / g (powers of 1000) or kb / mb / gb (powers of 1024), in any
  * case. */
 static bool parse_size(const char *s, size_t *out) {
-    static const struct {
-        const char *unit;
-        unsigned long long mul;
-    } units[] = {{"", 1},           {"b", 1},          {"k", 1000},
-                 {"kb", 1024},      {"m", 1000000},    {"mb", 1 << 20},
-                 {"g", 1000000000}, {"gb", 1ull << 30}};
-    char *end;
-    errno = 0;
-    if (*s < '0' || *s > '9') return false;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno) return false;
-    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
-        if (strcasecmp(end, units[i].unit) == 0) {
-            if (v > SIZE_MAX / units[i].mul) return false;
-            *out = (size_t)(v * units[i].mul);
-            return true;
-        }
-    return false;
+    return kv_parse_size(s, strlen(s), out);
+}
+
+/* --maxmemory-clients' default: a quarter of the memory lull-kv may use,
+ * the machine's or its cgroup's limit (memory.max) when that is lower,
+ * read once at start. Redis' default is 0, no budget: with it, clients
+ * each under their own limit and never reading can take all memory, and
+ * the OOM killer ends the server and every client. A quarter leaves the
+ * rest to the keyspace, a snapshot child's copies and the kernel's
+ * socket buffers. 0 (none) when the memory cannot be read. */
+static size_t clients_budget_default(void) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages <= 0 || page <= 0) return 0;
+    unsigned long long mem =
+        (unsigned long long)pages * (unsigned long long)page;
+    char line[512], path[600];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    path[0] = 0;
+    if (f) {
+        while (fgets(line, sizeof line, f))
+            if (strncmp(line, "0::", 3) == 0) { /* cgroup v2 */
+                line[strcspn(line, "\n")] = 0;
+                snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.max",
+                         line + 3);
+            }
+        fclose(f);
+    }
+    f = path[0] ? fopen(path, "r") : NULL;
+    if (f) {
+        unsigned long long max;
+        if (fscanf(f, "%llu", &max) == 1 && max < mem) mem = max; /* "max" */
+        fclose(f);
+    }
+    mem /= 4;
+    return mem > SIZE_MAX ? SIZE_MAX : (size_t)mem;
 }
 
 /* A port: decimal digits only, 0 to 65535 (atoi took "abc" for 0, any
@@ -703,7 +728,7 @@ static int collect_words(int argc, char **argv, int *i, char *text, size_t bcap,
  * that may run CONFIG; "" for an option not set). The ports are the ones
  * listened on, so --port 0's pick shows. Filled once the listeners are
  * up. */
-enum { CONFIGS = 19 };
+enum { CONFIGS = 20 };
 static char config_text[CONFIGS][1024];
 static const char *config_table[CONFIGS][2];
 
@@ -835,7 +860,8 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
                                                "replicaof",
                                                "slaveof",
                                                "maxclients",
-                                               "repl-backlog-size"};
+                                               "repl-backlog-size",
+                                               "maxmemory-clients"};
     char(*t)[1024] = config_text;
     snprintf(t[0], sizeof t[0], "%zu", srv->lim.max_bulk);
     snprintf(t[1], sizeof t[1], "%zu", srv->qbuf_limit);
@@ -873,6 +899,8 @@ static void fill_config(server *srv, const tls_opts *tls, int tls_port,
         config_table[i][0] = names[i];
         config_table[i][1] = t[i];
     }
+    /* CONFIG SET changes it: its text is the server's (conn_budget_set). */
+    config_table[19][1] = srv->maxmemory_clients_text;
     srv->kv.config = config_table;
     srv->kv.nconfig = CONFIGS;
 }
@@ -1125,7 +1153,7 @@ int main(int argc, char **argv) {
     const char *bind[MAX_BIND];
     const char *unix_path = NULL;
     tls_opts tls = {.auth_clients = 1};
-    bool backlog_always = false;
+    bool backlog_always = false, clients_budget_set = false;
     if (!std_fds_open()) return 1; /* before any descriptor of its own */
     seed_hash();                   /* before any key is stored */
     server_defaults(&srv);
@@ -1192,6 +1220,12 @@ int main(int argc, char **argv) {
             if (!parse_size(argv[++i], &srv.qbuf_limit) ||
                 srv.qbuf_limit < LIMIT_MIN)
                 return refuse(a, LIMIT_WANT, argv[i]);
+        } else if (more && strcmp(a, "--maxmemory-clients") == 0) {
+            /* Bytes only: no maxmemory for a percentage to be of. */
+            if (!parse_size(argv[++i], &srv.maxmemory_clients))
+                return refuse(a, "a size in bytes, 0 for none (no percentage)",
+                              argv[i]);
+            clients_budget_set = true;
         } else if (strcmp(a, "--client-output-buffer-limit") == 0) {
             char text[512], *w[32];
             int n = collect_words(argc, argv, &i, text, sizeof text, w, 32);
@@ -1258,6 +1292,7 @@ int main(int argc, char **argv) {
     /* No backlog before the first replica, as Redis: a write is counted,
      * not copied (a 64 MiB SET's third copy, a SET's ~300 instructions). */
     srv.kv.log.idle = !backlog_always;
+    if (!clients_budget_set) srv.maxmemory_clients = clients_budget_default();
     /* A client gone is a failed send, not a signal; so is a log reader
      * gone (stderr a pipe whose reader exited). A terminal's hang-up
      * (SIGHUP) is ignored, as redis-server ignores it: a server started

@@ -249,6 +249,15 @@ struct server {
     conn *conns;               /* open connections, linked by conn.next */
     uint64_t gone_reads;       /* the transport's reads and writes of the */
     uint64_t gone_writes;      /* connections closed so far (INFO stats) */
+    /* maxmemory-clients: what the clients' buffers may hold together (0:
+     * no budget); past it the client holding the most is closed, until
+     * they are under it (conn.c's budget). Replica links are not counted,
+     * nor closed for it, as Redis spares them. */
+    size_t maxmemory_clients;
+    size_t clients_mem;       /* the sum of the clients' conn.mem */
+    uint64_t evicted_clients; /* clients closed so */
+    lull_task evict;          /* closes them after CONFIG SET lowered it */
+    char maxmemory_clients_text[24]; /* CONFIG GET's value */
 };
 
 struct conn {
@@ -295,6 +304,16 @@ struct conn {
      * until written); NULL: none. */
     const char *vref;
     size_t vref_at, vref_len;
+    /* Its part of srv->clients_mem: what it held when last looked at
+     * (conn_mem), 0 under CLIENT_MEM_MIN. */
+    size_t mem;
+    /* flush's one test: replies and queue under this need no look (the
+     * normal hard limit; with a budget, CLIENT_MEM_MIN while mem is 0, and
+     * 0 while it is not, so a counted client is looked at each send). */
+    size_t check_at;
+    /* run_batch's test of a queued transaction's bytes, the same way:
+     * client-query-buffer-limit, or less while the budget counts. */
+    size_t queue_check;
 };
 
 /* node.c */
@@ -316,6 +335,9 @@ void server_free(server *srv);
  * shorter), srv->lim.max_args its room; it, or NULL when out of memory
  * (the table as it was). kv.grow_args too. */
 resp_arg *server_args(server *srv, size_t n);
+/* SIZE as Redis reads it (memtoll): digits, then no unit or b, k / m / g
+ * (powers of 1000) or kb / mb / gb (powers of 1024), in any case. */
+bool kv_parse_size(const char *s, size_t len, size_t *out);
 /* A log line (printf-style), "lull-kv: " first, to stderr or srv->log. */
 void srv_log(server *srv, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -343,6 +365,16 @@ void conn_finish(conn *c);
 /* Holds c to its class's output limits (closing it when over); false
  * when it was closed. */
 bool conn_check_output(conn *c);
+/* maxmemory-clients was set to `budget` (CONFIG SET): its CONFIG GET text
+ * follows, each client's next look too, and the clients over it are
+ * closed in a later turn (srv->evict). */
+void conn_budget_set(server *srv, size_t budget);
+/* srv->evict: closes the clients holding the most while they are over
+ * maxmemory-clients. */
+void clients_evict(lull_task *t);
+/* kv.config_set: CONFIG SET maxmemory-clients SIZE; NULL, or the error
+ * line to answer. */
+const char *conn_config_set(kv *k, const resp_arg *name, const resp_arg *value);
 /* Answers the new connection with `reply` (a whole RESP line) and closes
  * it, after a log line saying why (protected mode). */
 void conn_refuse(conn *c, const char *reply, const char *why);
