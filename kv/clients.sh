@@ -100,6 +100,9 @@ case_name=$2
 TEST_NAME=clients
 # shellcheck source=kv/test_lib.sh
 . "$(dirname "$0")/test_lib.sh"
+# The python3 cases import their RESP helpers from kv/kvclient.py.
+PYTHONPATH="$(cd "$(dirname "$0")" && pwd)${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH PYTHONDONTWRITEBYTECODE=1 # no __pycache__ in the source tree
 
 need_python() {
     command -v python3 >/dev/null 2>&1 && return 0
@@ -457,21 +460,8 @@ ctx.verify_mode = ssl.CERT_NONE
 def tls():
     return ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)))
 def rss_kb():
-    for line in open("/proc/%d/status" % pid):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-def cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-def reply(s, n):
-    got = b""
-    while len(got) < n:
-        d = s.recv(n - len(got))
-        assert d, "closed"
-        got += d
-    return got
+    return status_kb(pid, "VmRSS")
+from kvclient import cmd, reply, status_kb
 good = tls()
 good.settimeout(10)  # a stall fails the case with a message, not a hang
 val = b"v" * (1 << 20)
@@ -557,21 +547,8 @@ case_huge_replies_bounded() {
 import os, signal, socket, sys, time
 port, pid, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 def kb(field):
-    for line in open("/proc/%d/status" % pid):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-def cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-def reply(s, n):
-    got = b""
-    while len(got) < n:
-        d = s.recv(n - len(got))
-        assert d, "closed"
-        got += d
-    return got
+    return status_kb(pid, field)
+from kvclient import cmd, reply, status_kb
 def said(what):
     return open(log).read().count(what) >= 2
 def closed(s, secs):
@@ -778,18 +755,7 @@ case_multi_queue_bounded() {
     python3 - "$started_port" "$dir/p.out" <<'PY' || fail "the queued transaction"
 import socket, sys, time
 port, log = int(sys.argv[1]), sys.argv[2]
-def cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-def reply(s, n):
-    got = b""
-    while len(got) < n:
-        d = s.recv(n - len(got))
-        assert d, "closed after %r" % got[:100]
-        got += d
-    return got
+from kvclient import cmd, reply
 good = socket.create_connection(("127.0.0.1", port))
 good.settimeout(10)
 hog = socket.create_connection(("127.0.0.1", port))
@@ -936,21 +902,8 @@ import socket, sys, time
 port, pid, log = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 MiB = 1 << 20
 def kb(field):
-    for line in open("/proc/%d/status" % pid):
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-def cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-def reply(s, n):
-    got = b""
-    while len(got) < n:
-        d = s.recv(n - len(got))
-        assert d, "closed"
-        got += d
-    return got
+    return status_kb(pid, field)
+from kvclient import cmd, reply, status_kb
 def bulk(s):
     head = b""
     while not head.endswith(b"\r\n"):
@@ -1048,18 +1001,7 @@ case_clients_memory_queued() {
 import socket, sys, time
 port, log = int(sys.argv[1]), sys.argv[2]
 MiB = 1 << 20
-def cmd(*args):
-    out = b"*%d\r\n" % len(args)
-    for a in args:
-        out += b"$%d\r\n%s\r\n" % (len(a), a)
-    return out
-def reply(s, n):
-    got = b""
-    while len(got) < n:
-        d = s.recv(n - len(got))
-        assert d, "closed"
-        got += d
-    return got
+from kvclient import cmd, reply
 def evictions():
     return [l for l in open(log) if "maxmemory-clients" in l]
 good = socket.create_connection(("127.0.0.1", port))
