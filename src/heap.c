@@ -242,8 +242,9 @@ void lull__heap_verify(const lull__heap *h, const lull_loop *loop,
     uint32_t n = h->len < max ? h->len : max;
     for (uint32_t p = ROOT; p < ROOT + n; p++) {
         const lull__slot *s = lull__heap_slot(h, p);
-        LULL_ASSERT(s->timer->node.aux == p && s->timer->loop == loop,
-                    "lull: timer heap slot corrupted (a timer freed?)");
+        LULL_ASSERT(
+            s->timer->node.aux == p && s->timer->loop == loop,
+            "lull: timer heap slot corrupted (a timer freed or set up again?)");
         LULL_ASSERT(p == ROOT || lull__heap_slot(h, parent_of(p))->deadline <=
                                      s->deadline,
                     "lull: timer heap out of order");
@@ -252,7 +253,8 @@ void lull__heap_verify(const lull__heap *h, const lull_loop *loop,
     for (uint32_t p = ROOT + h->len; p < ROOT + h->len + d; p++) {
         const lull__slot *s = lull__heap_slot(h, p);
         LULL_ASSERT(s->timer->node.aux == p && s->timer->loop == loop,
-                    "lull: deferred timer arm corrupted (a timer freed?)");
+                    "lull: deferred timer arm corrupted (a timer freed or set "
+                    "up again?)");
     }
 }
 #endif

@@ -510,9 +510,9 @@ static inline void lull__run_queue(lull_loop *loop, lull__node *q) {
         /* The walk at iteration boundaries comes too late for a task freed
          * by a callback of this batch: its links are checked against the
          * queue before they are used. */
-        LULL_ASSERT(
-            lull__queue_head_ok(q, n),
-            "lull: ready queue corrupted (a task freed while pending?)");
+        LULL_ASSERT(lull__queue_head_ok(q, n),
+                    "lull: ready queue corrupted (a task freed or set up again "
+                    "while pending?)");
         lull__queue_remove(n);
         lull__dispatch_node(loop, n);
         if (lull__after_callback(loop)) break;

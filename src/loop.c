@@ -454,10 +454,10 @@ static void verify_queue(const lull__node *q, const char *msg) {
  * a handle freed while armed, or memory scribbled over, trips here rather
  * than at some later, unrelated callback. */
 static void loop_verify(const lull_loop *loop) {
-    verify_queue(&loop->ready,
-                 "lull: ready queue corrupted (a task freed while pending?)");
-    verify_queue(&loop->due,
-                 "lull: due list corrupted (a timer freed while armed?)");
+    verify_queue(&loop->ready, "lull: ready queue corrupted (a task freed or "
+                               "set up again while pending?)");
+    verify_queue(&loop->due, "lull: due list corrupted (a timer freed or set "
+                             "up again while armed?)");
     lull__heap_verify(&loop->heap, loop, VERIFY_HEAP_SLOTS);
     /* Started watchers (src/backend_epoll.c), as many slots as the heap. */
     uint32_t n = loop->io_slots_cap < VERIFY_HEAP_SLOTS ? loop->io_slots_cap
@@ -619,9 +619,9 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
             return plain_hop_found(loop, n);
         (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
-        LULL_ASSERT(
-            lull__queue_head_ok(&loop->ready, node),
-            "lull: ready queue corrupted (a task freed while pending?)");
+        LULL_ASSERT(lull__queue_head_ok(&loop->ready, node),
+                    "lull: ready queue corrupted (a task freed or set up again "
+                    "while pending?)");
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);
         if (LULL_UNLIKELY(!plain_hop_untouched(loop)))

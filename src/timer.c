@@ -537,7 +537,8 @@ void lull__timers_run_due(lull_loop *loop) {
     while (q->next != q) {
         lull__node *n = q->next;
         LULL_ASSERT(lull__queue_head_ok(q, n),
-                    "lull: due list corrupted (a timer freed while armed?)");
+                    "lull: due list corrupted (a timer freed or set up again "
+                    "while armed?)");
         lull__queue_remove(n);
         lull_timer *t = (lull_timer *)n;
         loop->firing = t;

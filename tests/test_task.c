@@ -440,8 +440,8 @@ static void free_a_pending_task(void *arg) {
 TEST(task_freed_while_pending_is_caught_in_debug_builds) {
     if (!check_debug_build()) return;
     CHECK(check_dies(free_a_pending_task, NULL,
-                     "lull: ready queue corrupted (a task freed while "
-                     "pending?)"));
+                     "lull: ready queue corrupted (a task freed or set up "
+                     "again while pending?)"));
 }
 
 /* A task pending on one loop, posted to another: it ran on the first, once,

@@ -1838,7 +1838,8 @@ static void free_a_due_timer(void *arg) {
 TEST(timer_freed_while_due_is_caught_in_debug_builds) {
     if (!check_debug_build()) return;
     CHECK(check_dies(free_a_due_timer, NULL,
-                     "lull: due list corrupted (a timer freed while armed?)"));
+                     "lull: due list corrupted (a timer freed or set up "
+                     "again while armed?)"));
 }
 
 /* A repeating timer whose loop looks exactly one period late (the clock
