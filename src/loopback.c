@@ -457,6 +457,13 @@ int lull__loopback_read(lull_endpoint *ep, bool on) {
     if (lb->paused != on) return 0;      /* already so */
     if (forgotten(lb)) return -ENOTCONN; /* its loop is gone */
     LULL_ASSERT_LOOP_THREAD(lb->loop);
+    /* A failed end (a send past max_queued) is closed in all but its
+     * callbacks: its close turn is claimed on its task, or waits for the
+     * frames it sent (its holder's `closer`), and a pause holds back none
+     * of it. A resume must claim no turn of its own: one of its delivery
+     * ran the close callback before those frames were back, or stayed
+     * claimed beside the close turn in an end its close callback may free. */
+    if (lb->failing) return 0;
     set_paused(lb, !on);
     /* Resumed: what waited arrives in a later turn, never inside this. */
     if (on && (lb->head || lb->close_pending || lb->eof))

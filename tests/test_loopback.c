@@ -2407,3 +2407,60 @@ TEST(failed_end_closed_and_freed_while_its_peer_holds_its_frames) {
     CHECK_EQ(c.reason, 9);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* An end that failed (a send past max_queued) is closed in all but its
+ * callbacks: its close turn waits for the frames it sent, held by a paused
+ * peer, or is queued on its task whichever delivery the pair uses. A
+ * read_stop and read_start of it then must claim nothing: they claimed a
+ * turn of its delivery, which ran the close callback at once, before the
+ * frames it sent were back (by task), or a second turn beside the close
+ * turn, left claimed in an end its close callback may free (by timer).
+ * Both deliveries; a's close callback frees it. */
+static void free_at_close(side *s) {
+    free(s);
+}
+
+TEST(failed_end_paused_and_resumed_claims_no_turn) {
+    for (int mode = 0; mode < 2; mode++) {
+        for (int held = 0; held < 2; held++) {
+            lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+            lull_loopback_options o = {.max_queued = 2 * sizeof(int),
+                                       .deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK};
+            side *a = malloc(sizeof *a);
+            CHECK(a != NULL);
+            side b;
+            pair_with(loop, a, &b, &o);
+            a->at_close = free_at_close;
+            if (held) CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+            owned f[2];
+            for (int i = 0; i < 2; i++) {
+                owned_init(&f[i], i + 1);
+                CHECK_EQ(lull_endpoint_send(&a->lb.ep, &f[i].frame), 0);
+            }
+            CHECK_EQ(send_id(a, 3), -ENOBUFS);
+            CHECK_EQ(lull_endpoint_read_stop(&a->lb.ep), 0);
+            CHECK_EQ(lull_endpoint_read_start(&a->lb.ep), 0);
+            CHECK_EQ(check_trace_find(1999), -1);
+            lull_loop_settle(loop);
+            if (held) {
+                /* b holds a's frames: a's close callback waits. */
+                CHECK_EQ(check_trace_find(1999), -1);
+                CHECK_EQ(f[0].releases + f[1].releases, 0);
+                CHECK_EQ(lull_endpoint_read_start(&b.lb.ep), 0);
+                lull_loop_settle(loop);
+            }
+            /* a's close callback ran once (on_close checks it), after b's
+             * frames: a is freed, nothing of it is claimed any more. */
+            CHECK(check_trace_find(1999) >= 0);
+            CHECK(check_trace_find(1999) > check_trace_find(2002));
+            CHECK_EQ(b.frames, 2);
+            CHECK_EQ(f[0].releases, 1);
+            CHECK_EQ(f[1].releases, 1);
+            CHECK_EQ(b.closes, 1);
+            CHECK_EQ(b.reason, -ENOBUFS);
+            CHECK_EQ(lull_loop_settle(loop), 0);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
