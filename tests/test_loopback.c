@@ -2568,3 +2568,101 @@ TEST(failed_end_paused_and_resumed_claims_no_turn) {
         }
     }
 }
+
+/* Inside every callback of a delivery (the frame callback on the common
+ * path and on the one that crosses below the high-water mark, the
+ * release, the drain, the close callback), by task and by timer: the
+ * loop refuses to run, settle or free itself (-EBUSY), and another loop
+ * run there delivers its own pair's frames; the outer delivery, which
+ * finds its end and frame again from its loop after the callbacks, goes
+ * on undisturbed: every frame arrives once in order and comes back once. */
+static int g_nest_deliver, g_nests;
+
+static void nest_here(void) {
+    g_nests++;
+    CHECK_EQ(lull_loop_free(the_loop), -EBUSY);
+    CHECK_EQ(lull_loop_settle(the_loop), -EBUSY);
+    CHECK_EQ(lull_loop_run(the_loop, LULL_RUN_NOWAIT), -EBUSY);
+    lull_loop *inner = NULL;
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL};
+    CHECK_EQ(lull_loop_new(&inner, &lo), 0);
+    lull_loopback_options o = {.deliver = g_nest_deliver,
+                               .high_water = sizeof(int)};
+    static side c, d;
+    owned f[2];
+    memset(&c, 0, sizeof c);
+    memset(&d, 0, sizeof d);
+    CHECK_EQ(lull_loopback_pair(inner, &c.lb, &d.lb, &o), 0);
+    lull_endpoint_set_callbacks(&c.lb.ep, NULL, on_drain, NULL);
+    lull_endpoint_set_callbacks(&d.lb.ep, on_frame, NULL, NULL);
+    d.quiet = true;
+    for (int i = 0; i < 2; i++) {
+        owned_init(&f[i], i);
+        CHECK_EQ(lull_endpoint_send(&c.lb.ep, &f[i].frame), 0);
+    }
+    CHECK_EQ(lull_loop_settle(inner), 2);
+    CHECK_EQ(d.frames, 2);
+    CHECK_EQ(c.drains, 1);
+    CHECK_EQ(f[0].releases + f[1].releases, 2);
+    CHECK_EQ(lull_endpoint_close(&c.lb.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&d.lb.ep, 0), 0);
+    CHECK(lull_loop_settle(inner) >= 0);
+    CHECK_EQ(lull_loop_free(inner), 0);
+}
+
+static void nest_in_frame(side *s, int id) {
+    (void)s;
+    (void)id;
+    nest_here();
+}
+
+static void nest_in_drain(lull_endpoint *ep) {
+    side_of(ep)->drains++;
+    nest_here();
+}
+
+static void nest_in_release(lull_frame *f) {
+    owned_release(f);
+    nest_here();
+}
+
+static void nest_at_close(side *s) {
+    (void)s;
+    nest_here();
+}
+
+TEST(other_loops_run_inside_every_delivery_callback) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            g_nest_deliver = mode ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK;
+            g_nests = 0;
+            /* 4-byte frames, high water 8: of three, the second's delivery
+             * crosses below it (the drain path), the others do not. */
+            lull_loopback_options o = {.deliver = g_nest_deliver,
+                                       .high_water = 2 * sizeof(int)};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            lull_endpoint_set_callbacks(&a.lb.ep, on_frame, nest_in_drain,
+                                        on_close);
+            b.also = nest_in_frame;
+            a.at_close = b.at_close = nest_at_close;
+            owned f[3];
+            for (int i = 0; i < 3; i++) {
+                owned_init(&f[i], i + 1);
+                f[i].frame.release = nest_in_release;
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+            }
+            run_ready(loop);
+            CHECK_TRACE(2001, 2002, 2003);
+            CHECK_EQ(b.frames, 3);
+            for (int i = 0; i < 3; i++)
+                CHECK_EQ(f[i].releases, 1);
+            CHECK_EQ(a.drains, 1);
+            CHECK_EQ(a.lb.ep.queued, 0);
+            close_both(&a, &b);
+            CHECK_EQ(g_nests, 3 + 3 + 1 + 2);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
