@@ -2666,3 +2666,104 @@ TEST(other_loops_run_inside_every_delivery_callback) {
         }
     }
 }
+
+/* The receiving end closed and paired again, with the other delivery and a
+ * fresh peer that sends it a frame at once, inside each callback of a
+ * delivery to it: its frame callback (on the common path and on the one
+ * that crosses below the high-water mark), the frame's release, the
+ * sender's drain. The delivery, which finds its end from the loop after
+ * the callbacks, must see the close and leave the end's new pairing
+ * alone: the old peer's later frames come back undelivered once, the new
+ * peer's frame arrives once by the new delivery, and every close callback
+ * runs once. Both clocks. */
+enum { RP_FRAME_1, RP_FRAME_2, RP_RELEASE_2, RP_DRAIN, RP_COUNT };
+static int g_rp_at, g_rp_done;
+static side *g_rp_b, *g_rp_c;
+static owned g_rp_new;
+static lull_loopback_options g_rp_opts;
+
+static void rp_now(int at) {
+    if (at != g_rp_at || g_rp_done) return;
+    g_rp_done = 1;
+    close_checked(g_rp_b, 6);
+    side *b = g_rp_b, *c = g_rp_c;
+    int base = b->trace_base;
+    memset(b, 0, sizeof *b);
+    memset(c, 0, sizeof *c);
+    CHECK_EQ(lull_loopback_pair(the_loop, &b->lb, &c->lb, &g_rp_opts), 0);
+    lull_endpoint_set_callbacks(&b->lb.ep, on_frame, on_drain, on_close);
+    lull_endpoint_set_callbacks(&c->lb.ep, on_frame, on_drain, on_close);
+    b->trace_base = base;
+    c->trace_base = 3000;
+    owned_init(&g_rp_new, 7);
+    CHECK_EQ(lull_endpoint_send(&c->lb.ep, &g_rp_new.frame), 0);
+}
+
+static void rp_in_frame(side *s, int id) {
+    (void)s;
+    rp_now(id == 1 ? RP_FRAME_1 : id == 2 ? RP_FRAME_2 : -1);
+}
+
+static void rp_in_release(lull_frame *f) {
+    owned_release(f);
+    if (LULL_CONTAINER_OF(f, owned, frame)->id == 2) rp_now(RP_RELEASE_2);
+}
+
+static void rp_in_drain(lull_endpoint *ep) {
+    side_of(ep)->drains++;
+    rp_now(RP_DRAIN);
+}
+
+TEST(end_paired_again_inside_a_delivery_to_it) {
+    for (int at = 0; at < RP_COUNT; at++) {
+        for (int mode = 0; mode < 2; mode++) {
+            FOR_EACH_CLOCK(clk) {
+                lull_loop *loop = new_loop(clk);
+                /* 4-byte frames, high water 8: frame 2's delivery crosses
+                 * below it (the drain path), frame 1's does not. */
+                lull_loopback_options o = {.high_water = 2 * sizeof(int),
+                                           .deliver = mode ? LULL_DELIVER_TIMER
+                                                           : LULL_DELIVER_TASK};
+                g_rp_opts = (lull_loopback_options){
+                    .deliver = mode ? LULL_DELIVER_TASK : LULL_DELIVER_TIMER};
+                side a, b, c;
+                pair_with(loop, &a, &b, &o);
+                lull_endpoint_set_callbacks(&a.lb.ep, on_frame, rp_in_drain,
+                                            on_close);
+                /* No close callback: closed, b is the caller's at once. */
+                lull_endpoint_set_callbacks(&b.lb.ep, on_frame, on_drain,
+                                            NULL);
+                b.also = rp_in_frame;
+                g_rp_at = at;
+                g_rp_done = 0;
+                g_rp_b = &b;
+                g_rp_c = &c;
+                owned f[3];
+                for (int i = 0; i < 3; i++) {
+                    owned_init(&f[i], i + 1);
+                    f[i].frame.release = rp_in_release;
+                    CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+                }
+                run_ready(loop);
+                CHECK(g_rp_done);
+                for (int i = 0; i < 3; i++)
+                    CHECK_EQ(f[i].releases, 1);
+                /* b got a's frames up to the close, then c's frame alone. */
+                int last = at == RP_FRAME_1 ? 2001 : 2002;
+                CHECK(check_trace_find(last) >= 0);
+                CHECK_EQ(check_trace_find(2003), -1);
+                if (at == RP_FRAME_1) CHECK_EQ(check_trace_find(2002), -1);
+                CHECK(check_trace_find(2007) > check_trace_find(last));
+                CHECK_EQ(b.frames, 1); /* counted since the new pairing */
+                CHECK_EQ(g_rp_new.releases, 1);
+                CHECK_EQ(a.closes, 1);
+                CHECK_EQ(a.reason, 6);
+                CHECK_EQ(b.closes, 0);
+                CHECK_EQ(a.drains, at == RP_DRAIN);
+                CHECK(lull_endpoint_writable(&c.lb.ep));
+                close_both(&b, &c);
+                CHECK_EQ(lull_loop_free(loop), 0);
+            }
+        }
+    }
+}
