@@ -2826,3 +2826,96 @@ TEST(end_paired_again_inside_a_delivery_to_it) {
         }
     }
 }
+
+/* Two pairs on one loop, their frames interleaved, every delivery by the
+ * same delivery: a frame callback of the first pair closes both ends of
+ * the second and frees them (heap-allocated, no close callbacks, frames
+ * and turns of theirs still queued), then pauses and resumes its own end,
+ * and the next frame's callback pairs two new ends and sends on them.
+ * Nothing touches the freed ends (AddressSanitizer), the first pair's
+ * frames all arrive in order, every frame comes back once. Both deliveries,
+ * both clocks. */
+static side *g_fp_c, *g_fp_d;
+static owned g_fp_new;
+
+static void free_other_pair(side *s, int id) {
+    if (id == 2 && g_fp_c) {
+        CHECK_EQ(lull_endpoint_close(&g_fp_c->lb.ep, 1), 0);
+        CHECK_EQ(lull_endpoint_close(&g_fp_d->lb.ep, 2), 0);
+        memset(g_fp_c, 0xa5, sizeof *g_fp_c);
+        memset(g_fp_d, 0xa5, sizeof *g_fp_d);
+        free(g_fp_c);
+        free(g_fp_d);
+        g_fp_c = g_fp_d = NULL;
+        CHECK_EQ(lull_endpoint_read_stop(&s->lb.ep), 0);
+        CHECK_EQ(lull_endpoint_read_start(&s->lb.ep), 0);
+    } else if (id == 3) {
+        side *c = malloc(sizeof *c), *d = malloc(sizeof *d);
+        CHECK(c && d);
+        memset(c, 0, sizeof *c);
+        memset(d, 0, sizeof *d);
+        lull_loopback_options o = {.deliver = s->lb.deliver};
+        CHECK_EQ(lull_loopback_pair(the_loop, &c->lb, &d->lb, &o), 0);
+        lull_endpoint_set_callbacks(&d->lb.ep, on_frame, NULL, NULL);
+        d->trace_base = 4000;
+        owned_init(&g_fp_new, 9);
+        CHECK_EQ(lull_endpoint_send(&c->lb.ep, &g_fp_new.frame), 0);
+        g_fp_c = c;
+        g_fp_d = d;
+    }
+}
+
+TEST(frame_callback_frees_the_loops_other_pair) {
+    for (int mode = 0; mode < 2; mode++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                       : LULL_DELIVER_TASK,
+                                       .high_water = 2 * sizeof(int)};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            b.also = free_other_pair;
+            side *c = malloc(sizeof *c), *d = malloc(sizeof *d);
+            CHECK(c && d);
+            memset(c, 0, sizeof *c);
+            memset(d, 0, sizeof *d);
+            CHECK_EQ(lull_loopback_pair(loop, &c->lb, &d->lb, &o), 0);
+            lull_endpoint_set_callbacks(&c->lb.ep, on_frame, NULL, NULL);
+            lull_endpoint_set_callbacks(&d->lb.ep, on_frame, NULL, NULL);
+            c->trace_base = 3000;
+            d->trace_base = 4000;
+            g_fp_c = c;
+            g_fp_d = d;
+            owned f[4], g[4];
+            for (int i = 0; i < 4; i++) {
+                owned_init(&f[i], i + 1);
+                owned_init(&g[i], i + 1);
+                CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+                CHECK_EQ(lull_endpoint_send(i & 1 ? &d->lb.ep : &c->lb.ep,
+                                            &g[i].frame),
+                         0);
+            }
+            run_ready(loop);
+            /* a's frames all, in order; of the other pair's, only what
+             * came before frame 2, then the new pair's one frame. */
+            CHECK_EQ(b.frames, 4);
+            CHECK(check_trace_find(2001) < check_trace_find(2002));
+            CHECK(check_trace_find(2002) < check_trace_find(2003));
+            CHECK(check_trace_find(2003) < check_trace_find(2004));
+            CHECK(check_trace_find(4009) > check_trace_find(2003));
+            for (int i = 0; i < 4; i++) {
+                CHECK_EQ(f[i].releases, 1);
+                CHECK_EQ(g[i].releases, 1);
+            }
+            CHECK_EQ(g_fp_new.releases, 1);
+            CHECK_EQ(a.drains, 1);
+            CHECK_EQ(lull_endpoint_close(&g_fp_c->lb.ep, 0), 0);
+            CHECK_EQ(lull_endpoint_close(&g_fp_d->lb.ep, 0), 0);
+            free(g_fp_c);
+            free(g_fp_d);
+            g_fp_c = g_fp_d = NULL;
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
