@@ -2919,3 +2919,93 @@ TEST(frame_callback_frees_the_loops_other_pair) {
         }
     }
 }
+
+/* Inside the close callback of either end (the closer's own close turn, on
+ * its task whichever the delivery, and the peer's close notice, on its
+ * delivery's turn) the end is paired again with the other delivery and a
+ * fresh peer, paused and resumed, and sends a frame at once: the new pair
+ * delivers both ways, once, and closes once. Both deliveries, both clocks;
+ * on the virtual clock with a delay, lull_loop_advance carries the timer
+ * turns. */
+static side *g_cr_new;
+static lull_loopback_options g_cr_opts;
+static owned g_cr_frame;
+
+static void repair_in_close(side *s) {
+    side *n = g_cr_new;
+    if (!n) return;
+    g_cr_new = NULL;
+    int base = s->trace_base;
+    int closes = s->closes;
+    memset(n, 0, sizeof *n);
+    CHECK_EQ(lull_loopback_pair(the_loop, &s->lb, &n->lb, &g_cr_opts), 0);
+    lull_endpoint_set_callbacks(&n->lb.ep, on_frame, on_drain, on_close);
+    lull_endpoint_set_callbacks(&s->lb.ep, on_frame, on_drain, on_close);
+    n->trace_base = 5000;
+    s->trace_base = base;
+    s->closes = closes;
+    CHECK_EQ(lull_endpoint_read_stop(&s->lb.ep), 0);
+    CHECK_EQ(lull_endpoint_read_stop(&n->lb.ep), 0);
+    CHECK_EQ(lull_endpoint_read_start(&n->lb.ep), 0);
+    CHECK_EQ(lull_endpoint_read_start(&s->lb.ep), 0);
+    owned_init(&g_cr_frame, 8);
+    CHECK_EQ(lull_endpoint_send(&s->lb.ep, &g_cr_frame.frame), 0);
+    CHECK_EQ(send_id(n, 6), 0);
+}
+
+static void cr_run(lull_loop *loop) {
+    run_ready(loop);
+    if (the_clock == LULL_CLOCK_VIRTUAL) lull_loop_advance(loop, 10000);
+}
+
+TEST(end_paired_again_inside_its_close_callback_sends_at_once) {
+    for (int which = 0; which < 2; which++) {
+        for (int mode = 0; mode < 2; mode++) {
+            FOR_EACH_CLOCK(clk) {
+                lull_loop *loop = new_loop(clk);
+                lull_loopback_options o = {.deliver = mode ? LULL_DELIVER_TIMER
+                                                           : LULL_DELIVER_TASK,
+                                           .delay_ns = mode ? 1000 : 0};
+                g_cr_opts = (lull_loopback_options){
+                    .deliver = mode ? LULL_DELIVER_TASK : LULL_DELIVER_TIMER,
+                    .delay_ns = mode ? 0 : 1000,
+                    .max_queued = 64,
+                    .high_water = 1};
+                side a, b, n;
+                pair_with(loop, &a, &b, &o);
+                side *re = which ? &b : &a; /* a closes; b hears it */
+                re->at_close = repair_in_close;
+                g_cr_new = &n;
+                CHECK_EQ(send_id(&a, 1), 0);
+                CHECK_EQ(send_id(&b, 2), 0);
+                close_checked(&a, 5);
+                cr_run(loop);
+                CHECK_EQ(a.closes, 1);
+                CHECK_EQ(b.closes, 1);
+                CHECK_EQ(a.reason, 5);
+                CHECK_EQ(b.reason, 5);
+                CHECK(g_cr_new == NULL);
+                /* a's frame reached b before the close; b's was dropped. */
+                CHECK(check_trace_find(2001) >= 0);
+                CHECK_EQ(check_trace_find(1002), -1);
+                /* The new pair: one frame each way, the re-paired end's
+                 * owned frame back once; n drained once (high water 1). */
+                CHECK_EQ(n.frames, 1);
+                CHECK_EQ(re->frames, which ? 2 : 1);
+                CHECK(check_trace_find(5008) >= 0);
+                CHECK(check_trace_find(re->trace_base + 6) >= 0);
+                CHECK_EQ(g_cr_frame.releases, 1);
+                CHECK_EQ(re->drains, 1);
+                CHECK_EQ(n.drains, 1);
+                re->at_close = NULL;
+                re->closes = 0;
+                close_checked(re, 0);
+                close_checked(&n, 0);
+                cr_run(loop);
+                CHECK_EQ(re->closes, 1);
+                CHECK_EQ(n.closes, 1);
+                CHECK_EQ(lull_loop_free(loop), 0);
+            }
+        }
+    }
+}
