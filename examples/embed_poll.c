@@ -50,6 +50,16 @@ int main(void) {
         fprintf(stderr, "embed_poll: %s\n", lull_strerror(err));
         return 1;
     }
+    /* The fd the host waits on is made at the first call, so it can fail
+     * (out of fds): a host that went on without it would sleep through a
+     * post from the thread once no timer is left to wake it. */
+    int lull_fd = lull_loop_backend_fd(loop);
+    if (lull_fd < 0) {
+        fprintf(stderr, "embed_poll: the loop's fd: %s\n",
+                lull_strerror(lull_fd));
+        lull_loop_free(loop);
+        return 1;
+    }
     lull_task_init(&from_worker, on_post); /* before the thread posts it */
     pthread_t th;
     if (pipe(host_pipe) < 0) {
@@ -80,7 +90,7 @@ int main(void) {
                  : ns / 1000000 >= INT_MAX ? INT_MAX
                                            : (int)((ns + 999999) / 1000000);
         struct pollfd fds[2] = {
-            {.fd = lull_loop_backend_fd(loop), .events = POLLIN},
+            {.fd = lull_fd, .events = POLLIN},
             {.fd = host_pipe[0], .events = POLLIN},
         };
         if (poll(fds, 2, ms) < 0 && errno != EINTR) { /* EINTR: look again */

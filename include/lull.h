@@ -208,7 +208,9 @@ LULL_EXTERN int lull_loop_adopt(lull_loop *loop);
  * the fd can bring work. Call it just before the host waits: from then on,
  * a remote post makes the fd readable. Round up when the host's wait takes
  * ms, or a timer runs early: ms = (ns + 999999) / 1000000. Both -EINVAL for
- * NULL; the timeout -EBUSY inside a run (a callback). Loop thread only. */
+ * NULL; the timeout -EBUSY inside a run (a callback). The fd is made at
+ * the first call: -EMFILE, -ENFILE or -ENOMEM then, and a later call tries
+ * again. Loop thread only. */
 LULL_EXTERN int lull_loop_backend_fd(lull_loop *loop);
 LULL_EXTERN int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns);
 /* A reference for expected remote posts: keeps lull_loop_run alive. */

@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -876,6 +877,28 @@ TEST(embed_arguments) {
     CHECK_EQ(lull_loop_backend_timeout(NULL, &t), -EINVAL);
     CHECK_EQ(lull_loop_backend_timeout(loop, NULL), -EINVAL);
     CHECK(lull_loop_backend_fd(loop) >= 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The host's fd is made at the first call: out of fds that call says so
+ * (a host that polled its negative fd would sleep through remote posts),
+ * and a call once fds are back makes it. */
+TEST(embed_backend_fd_out_of_fds_says_so_then_is_made) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int lowest = dup(0); /* every fd below it is in use */
+    CHECK(lowest >= 0);
+    close(lowest);
+    struct rlimit old, rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    rl = old;
+    rl.rlim_cur = (rlim_t)lowest;
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+    int fd = lull_loop_backend_fd(loop);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(fd, -EMFILE);
+    fd = lull_loop_backend_fd(loop);
+    CHECK(fd >= 0);
+    CHECK_EQ(lull_loop_backend_fd(loop), fd); /* the same from then on */
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
