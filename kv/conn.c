@@ -807,6 +807,11 @@ run_commands(conn *c, const char *p, size_t len, size_t *used) {
  * replica link. */
 static void server_command(conn *c, const resp_arg *a, size_t argc) {
     start_link(c, a, argc);
+    /* A link is not counted in maxmemory-clients: its part as a client
+     * leaves the sum now, or it would stay there (never looked at again)
+     * for as long as the link lives, and clients holding far less than
+     * the budget would be closed for it. */
+    if (c->link) set_mem(c, 0);
 }
 
 /* After a batch of commands: send their replies, or end the connection,
