@@ -76,6 +76,11 @@
 #                     sum: at 8mb, a client beside it asking for a 5 MiB
 #                     reply it reads slowly is served whole, not evicted
 #                     for the link's old bytes (they stayed in the sum)
+#   small_clients_counted  input kept counts in maxmemory-clients however
+#                     little: 200 clients each keeping 58 KB of a command
+#                     (12 MiB together) at 8mb, the ones evicted leave the
+#                     rest under it; a client under 64 KiB counted 0, so
+#                     2000 of them held 240 MB at 8mb, none evicted
 #   hello3_refused    HELLO 3 gets -NOPROTO, as from a RESP2-only server,
 #                     and the connection goes on in RESP2 (redis-server 7
 #                     speaks RESP3: it answers a map); `redis-cli -3` says
@@ -1118,6 +1123,54 @@ w = b"*5\r\n" + b"$%d\r\n%s\r\n" % (MiB, b"v" * MiB) * 5
 assert reply(slow, len(w)) == w, "the 5 MiB reply"
 good.sendall(cmd(b"INFO", b"stats"))
 assert "evicted_clients:0\r\n" in bulk(good).decode(), "INFO evicted_clients"
+PY
+}
+
+case_small_clients_counted() {
+    need_python
+    start p --port 0 --maxmemory-clients 8mb
+    python3 - "$started_port" "$dir/p.out" <<'PY' || fail "small clients"
+import socket, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+MiB = 1 << 20
+from kvclient import cmd, reply
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(20)
+def bulk(s):
+    head = b""
+    while not head.endswith(b"\r\n"):
+        head += reply(s, 1)
+    return reply(s, int(head[1:-2]) + 2)[:-2]
+def others():
+    """CLIENT LIST's lines for the clients but `good` (this one)."""
+    good.sendall(cmd(b"CLIENT", b"LIST"))
+    me = " addr=127.0.0.1:%d " % good.getsockname()[1]
+    return [dict(f.split("=", 1) for f in l.split(" ") if "=" in f)
+            for l in bulk(good).decode().splitlines() if l and me not in l]
+# Each sends most of a SET, 58 KB (under 64 KiB), and waits.
+part = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$60000\r\n" + b"y" * 58000
+socks = []
+for i in range(200):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(part)
+    socks.append(s)
+end = time.time() + 30
+while True:
+    o = others()
+    if len(o) + len(open(log).read().split("evicted")) - 1 >= len(socks) and \
+            all(int(f["qbuf"]) == len(part) for f in o):
+        break
+    assert time.time() < end, "not all read: %d listed" % len(o)
+held = sum(int(f["qbuf"]) + int(f["qbuf-free"]) for f in o)
+good.sendall(cmd(b"INFO", b"stats"))
+info = bulk(good).decode()
+evicted = int(info.split("evicted_clients:")[1].split()[0])
+print("%d clients keep %d bytes of input; %d evicted" % (len(o), held, evicted))
+assert evicted == len(socks) - len(o), info
+assert 0 < evicted < len(socks), "evicted %d of %d" % (evicted, len(socks))
+assert held <= 8 * MiB, "%d held over the budget" % held
+good.sendall(cmd(b"SET", b"g", b"v") + cmd(b"GET", b"g"))
+assert reply(good, 12) == b"+OK\r\n$1\r\nv\r\n"
 PY
 }
 

@@ -230,24 +230,31 @@ static void drop_unwritten(conn *c) {
  * The sum is kept as each client is looked at, not summed per send: a
  * client's part (conn.mem) changes when its output is checked (a send
  * with check_at reached, on drain), when part of a command is kept, when
- * its queued transaction passes queue_check, and when it closes. A client
- * holding less than CLIENT_MEM_MIN counts 0, so a send of the usual small reply
- * costs flush's one comparison it had (check_at in place of the hard limit),
- * and such a client is never closed for the budget: maxclients bounds what they
- * hold. The sum may be stale high (a client's bytes drained with nothing to
- * look at it since); over the budget, every client is looked at again before
- * any is closed. */
+ * its queued transaction passes queue_check, and when it closes. Replies
+ * and a queued transaction under CLIENT_MEM_MIN together count 0, so a
+ * send of the usual small reply costs flush's one comparison it had
+ * (check_at in place of the hard limit). Input kept counts whatever its
+ * size: it is looked at as it is kept, off the send path, and a client
+ * keeps it as long as it likes by never ending its command (counted 0
+ * under 64 KiB, 2000 clients kept 118 MB so at an 8 MiB budget). The sum
+ * may be stale high (a client's bytes drained with nothing to look at it
+ * since); over the budget, every client is looked at again before any is
+ * closed. */
 #define CLIENT_MEM_MIN REPLY_HANDOVER
 
-/* What c holds for its peer and of its requests: its replies not yet
- * handed to the stream and the stream's queue, its input buffer, a large
- * argument being received (its bytes so far, or whole) and its queued
+/* What c holds for its peer, counted from CLIENT_MEM_MIN on: its replies
+ * not yet handed to the stream, the stream's queue, and its queued
  * transaction. */
+static size_t conn_held(const conn *c) {
+    size_t n = c->out.len + c->ep->queued + c->cl.queue_bytes;
+    return n < CLIENT_MEM_MIN ? 0 : n;
+}
+
+/* What c holds: conn_held, and its input buffer and a large argument
+ * being received (its bytes so far, or whole), whatever their size. */
 static size_t conn_mem(const conn *c) {
     size_t blob = c->blob_want ? c->blob_got : c->blob ? c->ps.ext_len + 2 : 0;
-    size_t n =
-        c->out.len + c->ep->queued + c->in.cap + blob + c->cl.queue_bytes;
-    return n < CLIENT_MEM_MIN ? 0 : n;
+    return c->in.cap + blob + conn_held(c);
 }
 
 /* flush's and run_batch's tests for c: see conn.check_at. */
@@ -255,7 +262,7 @@ static void set_check(conn *c) {
     size_t hard = c->srv->obl[CLASS_NORMAL].hard;
     size_t at = hard ? hard : SIZE_MAX, queue = c->srv->qbuf_limit;
     if (c->srv->maxmemory_clients) {
-        size_t m = c->mem ? 0 : CLIENT_MEM_MIN;
+        size_t m = c->mem && conn_held(c) ? 0 : CLIENT_MEM_MIN;
         if (m < at) at = m;
         if (m < queue) queue = m;
     }
