@@ -283,23 +283,59 @@ static void set_mem(conn *c, size_t n) {
     set_check(c);
 }
 
-/* Over the budget: every client looked at again, then the ones holding
- * the most closed, biggest first, until the rest are under it. */
-static void evict(server *srv) {
-    for (conn *d = srv->conns; d; d = d->next)
-        if (evictable(d)) set_mem(d, conn_mem(d));
-    size_t budget = srv->maxmemory_clients;
-    while (budget && srv->clients_mem > budget) {
-        conn *big = NULL;
-        for (conn *d = srv->conns; d; d = d->next)
-            if (evictable(d) && d->mem && (!big || d->mem > big->mem)) big = d;
-        if (!big) break;
-        srv->evicted_clients++;
-        conn_drop(big,
-                  "evicted, the client holding the most (%zu bytes) while "
-                  "the clients hold %zu, over maxmemory-clients (%zu)",
-                  big->mem, srv->clients_mem, budget);
+/* What the clients holding `at_least` bytes or more hold together. */
+static size_t held_from(server *srv, size_t at_least) {
+    size_t sum = 0;
+    for (conn *d = srv->conns; d; d = d->next) {
+        srv->evict_steps++;
+        if (evictable(d) && d->mem >= at_least) sum += d->mem;
     }
+    return sum;
+}
+
+/* Closes, each with its log line, the clients holding more than `cut`
+ * (exactly `cut` with `exact`) while the clients are over the budget. */
+static void evict_at(server *srv, size_t cut, bool exact) {
+    size_t budget = srv->maxmemory_clients;
+    for (conn *d = srv->conns; d && srv->clients_mem > budget; d = d->next) {
+        srv->evict_steps++;
+        if (!evictable(d) || (exact ? d->mem != cut : d->mem <= cut)) continue;
+        srv->evicted_clients++;
+        conn_drop(d,
+                  "evicted, of the clients holding the most (%zu bytes) "
+                  "while the clients hold %zu, over maxmemory-clients (%zu)",
+                  d->mem, srv->clients_mem, budget);
+    }
+}
+
+/* Over the budget: every client looked at again, then the ones holding
+ * the most closed until the rest are under it. They are the ones holding
+ * more than `cut`, then as many holding exactly `cut` as it takes (the
+ * first in the list, as taking the biggest one at a time would): cut is
+ * the largest part such that the clients holding at least that much free
+ * enough, found by halving, a walk of the clients a step. Taking the
+ * biggest one walk at a time cost a walk per client closed: one CONFIG
+ * SET closing 8000 clients stalled lull-kv 5.9 s. */
+static void evict(server *srv) {
+    size_t most = 0;
+    for (conn *d = srv->conns; d; d = d->next) {
+        srv->evict_steps++;
+        if (!evictable(d)) continue;
+        set_mem(d, conn_mem(d));
+        if (d->mem > most) most = d->mem;
+    }
+    size_t budget = srv->maxmemory_clients;
+    if (!budget || srv->clients_mem <= budget) return;
+    size_t excess = srv->clients_mem - budget, lo = 1, hi = most;
+    while (lo < hi) { /* held_from(lo) >= excess > held_from(hi + 1) */
+        size_t mid = lo + (hi - lo + 1) / 2;
+        if (held_from(srv, mid) >= excess)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    evict_at(srv, lo, false);
+    evict_at(srv, lo, true);
 }
 
 /* c looked at: its part of the sum brought up to date, and the clients

@@ -256,6 +256,7 @@ struct server {
     size_t maxmemory_clients;
     size_t clients_mem;       /* the sum of the clients' conn.mem */
     uint64_t evicted_clients; /* clients closed so */
+    uint64_t evict_steps;     /* clients looked at to find them (tests) */
     lull_task evict;          /* closes them after CONFIG SET lowered it */
     char maxmemory_clients_text[24]; /* CONFIG GET's value */
 };
