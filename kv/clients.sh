@@ -71,6 +71,16 @@
 #                     maxmemory-clients too: of three clients queueing 1, 2
 #                     and 10 MiB at 8mb, the third is closed (nothing
 #                     bounded their sum), the others' EXECs run
+#   link_memory_uncounted  a client holding 4 MiB of input that becomes a
+#                     replica link (REPLSYNC) leaves maxmemory-clients'
+#                     sum: at 8mb, a client beside it asking for a 5 MiB
+#                     reply it reads slowly is served whole, not evicted
+#                     for the link's old bytes (they stayed in the sum)
+#   small_clients_counted  input kept counts in maxmemory-clients however
+#                     little: 200 clients each keeping 58 KB of a command
+#                     (12 MiB together) at 8mb, the ones evicted leave the
+#                     rest under it; a client under 64 KiB counted 0, so
+#                     2000 of them held 240 MB at 8mb, none evicted
 #   hello3_refused    HELLO 3 gets -NOPROTO, as from a RESP2-only server,
 #                     and the connection goes on in RESP2 (redis-server 7
 #                     speaks RESP3: it answers a map); `redis-cli -3` says
@@ -1046,6 +1056,121 @@ for n in (1, 2):
     assert reply(queued[n], len(w)) == w, "EXEC of %d" % n
 good.sendall(cmd(b"STRLEN", b"q1") + cmd(b"EXISTS", b"q2"))
 assert reply(good, 14) == b":1048576\r\n:0\r\n", "q1, q2 after EXEC"
+PY
+}
+
+case_link_memory_uncounted() {
+    need_python
+    start p --port 0 --maxmemory-clients 8mb
+    python3 - "$started_port" "$dir/p.out" <<'PY' || fail "link memory"
+import socket, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+MiB = 1 << 20
+from kvclient import cmd, reply
+def evictions():
+    return [l for l in open(log) if "maxmemory-clients" in l]
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(20)
+def bulk(s):
+    head = b""
+    while not head.endswith(b"\r\n"):
+        head += reply(s, 1)
+    return reply(s, int(head[1:-2]) + 2)[:-2]
+def client(s):
+    """s's CLIENT LIST fields, or None once it is not listed."""
+    me = " addr=127.0.0.1:%d " % s.getsockname()[1]
+    good.sendall(cmd(b"CLIENT", b"LIST"))
+    for l in bulk(good).decode().splitlines():
+        if me in l:
+            return dict(f.split("=", 1) for f in l.split(" ") if "=" in f)
+    return None
+end = time.time() + 30
+# A DEL of 3 MiB of keys, all but its last CRLF: the server keeps it as
+# input (a buffer of up to 4 MiB, counted in the sum).
+args = [b"DEL"] + [b"%04d" % i + b"x" * 8000 for i in range(384)]
+req = cmd(*args)
+link = socket.create_connection(("127.0.0.1", port))
+link.settimeout(20)
+link.sendall(req[:-2])
+while int((client(link) or {}).get("qbuf", 0)) < len(req) - 2:
+    assert time.time() < end, "the input not kept: %s" % client(link)
+# Then the rest and REPLSYNC: the connection is a replica link from here.
+link.sendall(b"\r\n" + cmd(b"REPLSYNC", b"?", b"0", b"1"))
+assert reply(link, 4) == b":0\r\n", "DEL"
+line = b""
+while not line.endswith(b"\r\n"):
+    line += reply(link, 1)
+assert line.startswith(b"+FULLRESYNC "), line
+# A client beside it asks for 5 MiB and reads slowly: under the budget
+# alone, it must be served.
+good.sendall(cmd(b"SET", b"k", b"v" * MiB))
+assert reply(good, 5) == b"+OK\r\n"
+slow = socket.socket()
+slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+slow.connect(("127.0.0.1", port))
+slow.settimeout(20)
+slow.sendall(cmd(b"PING"))  # accepted: listed from here on
+assert reply(slow, 7) == b"+PONG\r\n"
+slow.sendall(cmd(b"MGET", *[b"k"] * 5))
+while True:
+    f = client(slow)
+    assert f is not None, "evicted: %s" % open(log).read()
+    if int(f["omem"]) > 0:
+        break
+    assert time.time() < end, "no reply queued: %s" % f
+assert not evictions(), evictions()
+w = b"*5\r\n" + b"$%d\r\n%s\r\n" % (MiB, b"v" * MiB) * 5
+assert reply(slow, len(w)) == w, "the 5 MiB reply"
+good.sendall(cmd(b"INFO", b"stats"))
+assert "evicted_clients:0\r\n" in bulk(good).decode(), "INFO evicted_clients"
+PY
+}
+
+case_small_clients_counted() {
+    need_python
+    start p --port 0 --maxmemory-clients 8mb
+    python3 - "$started_port" "$dir/p.out" <<'PY' || fail "small clients"
+import socket, sys, time
+port, log = int(sys.argv[1]), sys.argv[2]
+MiB = 1 << 20
+from kvclient import cmd, reply
+good = socket.create_connection(("127.0.0.1", port))
+good.settimeout(20)
+def bulk(s):
+    head = b""
+    while not head.endswith(b"\r\n"):
+        head += reply(s, 1)
+    return reply(s, int(head[1:-2]) + 2)[:-2]
+def others():
+    """CLIENT LIST's lines for the clients but `good` (this one)."""
+    good.sendall(cmd(b"CLIENT", b"LIST"))
+    me = " addr=127.0.0.1:%d " % good.getsockname()[1]
+    return [dict(f.split("=", 1) for f in l.split(" ") if "=" in f)
+            for l in bulk(good).decode().splitlines() if l and me not in l]
+# Each sends most of a SET, 58 KB (under 64 KiB), and waits.
+part = b"*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$60000\r\n" + b"y" * 58000
+socks = []
+for i in range(200):
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(part)
+    socks.append(s)
+end = time.time() + 30
+while True:
+    o = others()
+    if len(o) + len(open(log).read().split("evicted")) - 1 >= len(socks) and \
+            all(int(f["qbuf"]) == len(part) for f in o):
+        break
+    assert time.time() < end, "not all read: %d listed" % len(o)
+held = sum(int(f["qbuf"]) + int(f["qbuf-free"]) for f in o)
+good.sendall(cmd(b"INFO", b"stats"))
+info = bulk(good).decode()
+evicted = int(info.split("evicted_clients:")[1].split()[0])
+print("%d clients keep %d bytes of input; %d evicted" % (len(o), held, evicted))
+assert evicted == len(socks) - len(o), info
+assert 0 < evicted < len(socks), "evicted %d of %d" % (evicted, len(socks))
+assert held <= 8 * MiB, "%d held over the budget" % held
+good.sendall(cmd(b"SET", b"g", b"v") + cmd(b"GET", b"g"))
+assert reply(good, 12) == b"+OK\r\n$1\r\nv\r\n"
 PY
 }
 

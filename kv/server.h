@@ -256,6 +256,7 @@ struct server {
     size_t maxmemory_clients;
     size_t clients_mem;       /* the sum of the clients' conn.mem */
     uint64_t evicted_clients; /* clients closed so */
+    uint64_t evict_steps;     /* clients looked at to find them (tests) */
     lull_task evict;          /* closes them after CONFIG SET lowered it */
     char maxmemory_clients_text[24]; /* CONFIG GET's value */
 };
@@ -305,11 +306,13 @@ struct conn {
     const char *vref;
     size_t vref_at, vref_len;
     /* Its part of srv->clients_mem: what it held when last looked at
-     * (conn_mem), 0 under CLIENT_MEM_MIN. */
+     * (conn_mem: input kept, and replies and a queued transaction from
+     * CLIENT_MEM_MIN on). */
     size_t mem;
     /* flush's one test: replies and queue under this need no look (the
-     * normal hard limit; with a budget, CLIENT_MEM_MIN while mem is 0, and
-     * 0 while it is not, so a counted client is looked at each send). */
+     * normal hard limit; with a budget, CLIENT_MEM_MIN while its replies
+     * and transaction count 0, and 0 while they do not, so a client they
+     * count in is looked at each send). */
     size_t check_at;
     /* run_batch's test of a queued transaction's bytes, the same way:
      * client-query-buffer-limit, or less while the budget counts. */
