@@ -97,6 +97,7 @@
 #include <linux/kcmp.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -2152,6 +2153,17 @@ static bool offer_pause(lull_server *srv, int err) {
     return true;
 }
 
+/* accept4 takes an fd before it looks at the backlog: out of fds it says
+ * EMFILE (ENFILE) with no client waiting too, as after the last waiting
+ * one was taken. Nothing waiting is no pause (the owner would hear of
+ * clients waiting that are not): the level-triggered watch brings the
+ * next client, and a pause then. A poll only on this rare path. */
+static bool nothing_waits(int err, const lull_io *io) {
+    if (err != EMFILE && err != ENFILE) return false;
+    struct pollfd p = {.fd = io->fd, .events = POLLIN};
+    return poll(&p, 1, 0) == 0;
+}
+
 static void server_io(lull_io *io, int events) {
     (void)events;
     lull_server *srv = LULL_CONTAINER_OF(io, lull_server, io);
@@ -2160,7 +2172,7 @@ static void server_io(lull_io *io, int events) {
         if (fd < 0) {
             int err = errno;
             if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
-            if (err == EAGAIN || err == EWOULDBLOCK) {
+            if (err == EAGAIN || err == EWOULDBLOCK || nothing_waits(err, io)) {
                 srv->failed = 0; /* accept works: a refusal has passed */
                 return;
             }

@@ -1480,6 +1480,39 @@ TEST(accept_out_of_fds_does_not_spin) {
     free_loop(loop);
 }
 
+/* The last fd taken by the last waiting client: accept4 then says EMFILE
+ * with nobody waiting (it takes an fd before it looks at the backlog).
+ * That is no pause: the owner is not told of clients waiting that are
+ * not (lull-kv logged "paused ... new clients wait" after serving the
+ * last one), and the listener is watched on. */
+TEST(accept_of_the_last_fd_with_nobody_left_is_no_pause) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL, 0);
+    many *m = calloc(1, sizeof *m);
+    CHECK(m);
+    char path[64];
+    snprintf(path, sizeof path, "@lull-test-lastfd-%d", (int)getpid());
+    CHECK_EQ(lull_server_listen_unix(loop, &m->srv, path, 0, accept_many), 0);
+    lull_stream client;
+    CHECK_EQ(lull_stream_connect_unix(loop, &client, path, NULL, on_connect),
+             0);
+    struct rlimit old, one;
+    check_fds_exhaust(&old);
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &one), 0);
+    one.rlim_cur++; /* exactly one fd number free: the client's */
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &one), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    check_fds_restore(&old);
+    CHECK_EQ(m->n, 1);
+    CHECK_EQ(m->npauses, 0);
+    CHECK_EQ(m->srv.paused, 0);
+    lull_endpoint_close(&client.ep, 0);
+    lull_endpoint_close(&m->conns[0].ep, 0);
+    lull_server_close(&m->srv);
+    free(m);
+    free_loop(loop);
+}
+
 /* The owner told of the pause closes the server inside that call: nothing
  * is touched after, no retry is armed, and the loop frees. */
 static void close_when_paused(lull_server *srv) {
