@@ -2317,7 +2317,8 @@ struct lull_fs {
         uint64_t offset, offset2; /* offset2: the destination's */
         const struct iovec *iov;  /* readv, writev */
         int iovcnt;
-        bool stop;             /* scandir: cancelled inside a batch */
+        bool stop;             /* scandir: cancelled (inside a batch, or
+                                  while a trip is off the loop) */
         int64_t times[4];      /* utime: atime, mtime (sec, nsec) */
         lull_fs_dir_fn dir_cb; /* scandir */
         void *dir;             /* scandir: its state, allocated */
@@ -2435,8 +2436,10 @@ LULL_EXTERN int lull_fs_futime(lull_loop *loop, lull_pool *pool, lull_fs *req,
                                int fd, const struct timespec *ts,
                                lull_fs_fn cb);
 /* lull_work_cancel for a file request: 0 while it waits (cb then gets
- * -ECANCELED once, in a later task), also for a scandir between batches or
- * inside its dir_cb; -EBUSY once a thread runs it. */
+ * -ECANCELED once, in a later task); -EBUSY once a thread runs it. A
+ * scandir is cancelled (0) at any time before its cb: inside its dir_cb,
+ * or between batches, also while a thread runs its next trip (that trip's
+ * batch is then not handed over); -EBUSY once cancelled. */
 LULL_EXTERN int lull_fs_cancel(lull_fs *req);
 
 /* A journal: appends to one file, written and made durable with fdatasync

@@ -528,6 +528,12 @@ static void scandir_done(lull_fs *req, int status) {
         scandir_finish(req, status);
         return;
     }
+    /* Cancelled while this trip was off the loop (lull_fs_cancel): its
+     * batch is not handed over. */
+    if (req->stop) {
+        scandir_finish(req, -ECANCELED);
+        return;
+    }
     if (st->n) {
         size_t n = st->n;
         st->n = 0;
@@ -894,5 +900,15 @@ int lull_fs_cancel(lull_fs *req) {
         req->stop = true; /* scandir_done ends the listing after dir_cb */
         return 0;
     }
-    return lull_work_cancel(&req->work);
+    int rc = lull_work_cancel(&req->work);
+    if (!st) return rc;
+    /* A listing's trip a thread took, or that is back and not yet
+     * delivered: a one-shot request is then past cancelling, but a listing
+     * has more trips to go, and -EBUSY left it running to its end with no
+     * way to know when a cancel would take (whether a trip is off the
+     * loop cannot be seen from it). It ends when that trip is back. A
+     * second cancel is -EBUSY: the end is on its way. */
+    if (rc == -EBUSY && !req->stop) rc = 0;
+    if (rc == 0) req->stop = true;
+    return rc;
 }

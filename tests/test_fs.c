@@ -1894,6 +1894,59 @@ TEST_THREADED(fs_scandir_cancelled_between_batches) {
     fs_teardown();
 }
 
+/* A listing cancelled while its next trip is off the loop: taken by a
+ * thread, or back from it with its batch not yet handed over. A one-shot
+ * request a thread took is past cancelling (-EBUSY: its cb comes soon with
+ * the call's result), but a listing has hundreds of trips to go: -EBUSY
+ * there left it running to its end, with nothing the caller could do but
+ * guess when to try again (whether a trip is off the loop cannot be seen
+ * from it). The cancel ends it when that trip comes back: cb gets
+ * -ECANCELED once, and no dir_cb runs after the cancel. */
+static uint64_t completed_at_batch;
+static int trip_cancel_rc;
+
+static void cancel_trip_off_the_loop(lull_task *t) {
+    (void)t;
+    /* The trip dir_cb's return submitted is back from the thread: its
+     * completion waits on the loop's remote stack, past withdrawing. */
+    lull_pool_stats st;
+    do {
+        sched_yield();
+        lull_pool_get_stats(P, &st);
+    } while (st.completed < completed_at_batch + 1);
+    trip_cancel_rc = lull_fs_cancel(&R);
+}
+
+static bool cancel_after_this_batch(lull_fs *req) {
+    (void)req;
+    if (batches != 1) return true;
+    lull_pool_stats st;
+    lull_pool_get_stats(P, &st);
+    completed_at_batch = st.completed;
+    lull_task_init(&cancel_task, cancel_trip_off_the_loop);
+    lull_task_post(L, &cancel_task); /* runs once the next trip is queued */
+    return true;
+}
+
+TEST_THREADED(fs_scandir_cancelled_while_a_trip_is_off_the_loop) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    memset(&R, 0, sizeof R);
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = cancel_after_this_batch;
+    trip_cancel_rc = 1;
+    CHECK_EQ(list(in_dir("d")), -ECANCELED);
+    on_batch_hook = NULL;
+    CHECK_EQ(trip_cancel_rc, 0);
+    CHECK_EQ(batches, 1); /* the trip's batch was not handed over */
+    CHECK_EQ(lull_fs_cancel(&R), -EINVAL); /* ended: nothing to cancel */
+    /* The request is free again at once. */
+    CHECK_EQ(list(in_dir("d")), 1000);
+    fs_teardown();
+}
+
 /* The queue full (max_queued) when a listing comes back between batches:
  * the listing was accepted once, and its next trip takes the place its
  * last one left. Refused, the listing ended halfway with -EAGAIN, the
