@@ -2497,8 +2497,9 @@ LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
 LULL_EXTERN int lull_journal_append(lull_journal *j, lull_append *req,
                                     const void *buf, size_t len,
                                     lull_append_fn cb);
-/* True while appends are queued or a batch is in flight: close the file
- * only once it is false. */
+/* True while appends are queued or a batch is in flight: close the file,
+ * or free the journal (also inside an append's cb), only once it is
+ * false. */
 LULL_EXTERN bool lull_journal_busy(const lull_journal *j);
 
 /* Name resolution on a pool: getaddrinfo(node, service, hints) on a pool

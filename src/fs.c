@@ -132,6 +132,31 @@ static void complete(lull_append *list, int status, uint64_t sync) {
     }
 }
 
+/* The journal whose completions this thread is running (journal_done),
+ * and whether one of them appended to it: the journal is touched after
+ * its callbacks only if so. A callback that finds it idle
+ * (lull_journal_busy false) may free it, which an append makes busy
+ * again. Per thread, not in the journal: a freed journal cannot say it
+ * was freed, and lull_journal's layout is ABI. */
+typedef struct journal_turn {
+    const lull_journal *j;
+    bool appended;
+    struct journal_turn *outer; /* a turn of another journal's, if any */
+} journal_turn;
+
+static _Thread_local journal_turn *completing;
+
+/* complete(), then whether j is still to be read: true when a callback
+ * appended to it; false when it may have been freed (never read again). */
+static bool complete_watched(lull_journal *j, lull_append *list, int status,
+                             uint64_t sync) {
+    journal_turn t = {.j = j, .outer = completing};
+    completing = &t;
+    complete(list, status, sync);
+    completing = t.outer;
+    return t.appended;
+}
+
 static lull_append *take_queue(lull_journal *j) {
     lull_append *list = j->head;
     j->head = j->tail = NULL;
@@ -190,8 +215,11 @@ static void journal_done(lull_work *work, int status) {
          * data the kernel already dropped). */
         j->error = status;
         lull_task_cancel(&j->start);
+        /* Taken before any callback runs: the first may free j (idle once
+         * its queue is taken, appends refused by the sticky error). */
+        lull_append *queued = take_queue(j);
         complete(finished, status, 0);
-        complete(take_queue(j), status, 0);
+        complete(queued, status, 0);
         return;
     }
     if (status == -ECANCELED) /* the pool closed: nothing was written */
@@ -207,17 +235,24 @@ static void journal_done(lull_work *work, int status) {
         if (rc == 0) failed = NULL;
         lull_task_cancel(&j->start);
     }
-    complete(finished, status, sync);
-    if (failed) complete(failed, rc, 0);
+    /* j is read after the callbacks only if one appended to it: the last
+     * may have freed it (complete_watched). */
+    bool live = complete_watched(j, finished, status, sync);
+    if (failed) live |= complete_watched(j, failed, rc, 0);
     /* Appends the callbacks made leave from here, not from the start
      * task: inside done the pool is still there after lull_pool_free (a
      * done may submit, and hears -ESHUTDOWN), while a later task may find
      * it freed. Appends a refused batch's callbacks make go round again
      * while the pool is closed; after -EAGAIN, the start task takes them
      * (a retry here would spin until a pool thread frees a place). */
-    while (j->head && !j->batch) {
+    while (live && j->head && !j->batch) {
         lull_task_cancel(&j->start);
-        if (start_or_refuse(j) != -ESHUTDOWN) break;
+        lull_append *list = j->head;
+        rc = start_batch(j, false);
+        if (rc == 0) break;
+        /* Not sticky: nothing was written (a full or closed pool). */
+        live = complete_watched(j, list, rc, 0);
+        if (rc != -ESHUTDOWN) break;
     }
 }
 
@@ -285,6 +320,8 @@ int lull_journal_append(lull_journal *j, lull_append *req, const void *buf,
         LULL_ASSERT(a != req, "lull: lull_journal_append of a request already "
                               "queued or in flight");
 #endif
+    if (completing && completing->j == j)
+        completing->appended = true; /* j stays in use */
     req->next = NULL;
     req->cb = cb;
     req->buf = buf;

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -404,6 +405,56 @@ TEST_THREADED(journal_error_is_sticky) {
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK(!lull_journal_busy(&j));
     close_journal_case(fd, loop, pool, &g);
+}
+
+/* A journal freed in the callback of its last append, once
+ * lull_journal_busy says false (the fd may be closed then, and nothing
+ * else holds the journal): the owner's one free path, as a libuv user
+ * frees a request in its callback. lull must not read the journal after
+ * that callback, on the way back from a batch (ok) or from a failed one
+ * (the sticky error). The journal lives alone in a page the callback
+ * makes inaccessible: a read after the free faults in every build, not
+ * only under ASan. */
+static lull_journal *paged_journal;
+static size_t page_size;
+static int freed_calls, freed_status;
+
+static void free_when_idle(lull_append *req, int status) {
+    (void)req;
+    freed_calls++;
+    freed_status = status;
+    CHECK(!lull_journal_busy(paged_journal));
+    CHECK_EQ(mprotect(paged_journal, page_size, PROT_NONE), 0);
+}
+
+static void journal_freed_in_its_last_callback(int flags, int want) {
+    lull_loop *loop;
+    lull_pool *pool;
+    dir_loop_pool(&loop, &pool, 1);
+    int fd = open_journal_file(flags);
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    void *mem = mmap(NULL, page_size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(mem != MAP_FAILED);
+    paged_journal = mem;
+    CHECK_EQ(lull_journal_init(loop, pool, paged_journal, fd), 0);
+    static lull_append req;
+    freed_calls = 0;
+    CHECK_EQ(lull_journal_append(paged_journal, &req, "x", 1, free_when_idle),
+             0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(freed_calls, 1);
+    CHECK_EQ(freed_status, want);
+    CHECK_EQ(munmap(mem, page_size), 0);
+    close_journal_case(fd, loop, pool, NULL);
+}
+
+TEST_THREADED(journal_freed_in_its_last_callback_after_a_sync) {
+    journal_freed_in_its_last_callback(O_WRONLY, 0);
+}
+
+TEST_THREADED(journal_freed_in_its_last_callback_after_an_error) {
+    journal_freed_in_its_last_callback(O_RDONLY, -EBADF); /* writes fail */
 }
 
 /* fdatasync, wrapped (tests/CMakeLists.txt): fails with EIO while
