@@ -23,12 +23,18 @@
  * exit, on any thread, so it reads only this file's static table, each
  * entry a copy (the fd, the termios from init, the flags to give back)
  * guarded by an atomic state: FREE, CLAIMED (being filled or emptied by
- * the loop's thread: skipped), READY, RESETTING (a reset is using it). The
- * loop's thread empties an entry only from READY, so an entry a reset
- * holds is waited for; a reset on the same thread cannot be in progress
- * then, since a handler runs to its end before the interrupted code goes
- * on. Entries are entered before the mode changes and emptied after it is
- * given back, so a crash at any point finds the mode to restore.
+ * the loop's thread: skipped), READY; and a count of its users (resets,
+ * and the loop thread's own reads of other entries), which only read it
+ * and so share it: a reset never skips an entry a read holds, as it did
+ * when a read held it alone (a crash handler that interrupted a second
+ * tty's init left the terminal raw). A user counts itself in, then
+ * checks for READY; the loop's thread moves an entry from READY to
+ * CLAIMED, then waits for its users to leave before emptying it, so one
+ * of the two sees the other. A reset on the same thread cannot be in
+ * progress then, since a handler runs to its end before the interrupted
+ * code goes on. Entries are entered before the mode changes and emptied
+ * after it is given back, so a crash at any point finds the mode to
+ * restore.
  *
  * Thread: the loop's, but for lull_tty_reset_mode. Nothing runs in the
  * background: no timer, no task, no fd beyond the stream's. */
@@ -60,7 +66,7 @@ _Static_assert(ATOMIC_INT_LOCK_FREE == 2 && ATOMIC_BOOL_LOCK_FREE == 2,
  * walk. */
 #define RESET_SLOTS 64
 
-enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY, SLOT_RESETTING };
+enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY };
 
 /* Which terminal an fd is: its device, and for a pty's master (all of
  * which are /dev/ptmx's device) the pty's number. */
@@ -71,6 +77,7 @@ typedef struct term_id {
 
 typedef struct reset_slot {
     _Atomic int state;    /* SLOT_* */
+    _Atomic int users;    /* resets and reads using it while READY */
     _Atomic bool moded;   /* the tty is out of NORMAL: restore the mode (a
                              tty with no name is entered for its flags
                              alone while NORMAL) */
@@ -106,6 +113,19 @@ static term_id id_of(int fd) {
     return id;
 }
 
+/* Counts a user of s in if it is READY: true, and it stays READY and
+ * unchanged (but for `moded`) until slot_put. Async-signal-safe. */
+static bool slot_get(reset_slot *s) {
+    atomic_fetch_add(&s->users, 1);
+    if (atomic_load(&s->state) == SLOT_READY) return true;
+    atomic_fetch_sub(&s->users, 1);
+    return false;
+}
+
+static void slot_put(reset_slot *s) {
+    atomic_fetch_sub(&s->users, 1);
+}
+
 static int slot_enter(lull_tty *t) {
     for (int i = 0; i < RESET_SLOTS; i++) {
         int want = SLOT_FREE;
@@ -128,12 +148,10 @@ static int slot_enter(lull_tty *t) {
 static void slot_leave(lull_tty *t) {
     if (t->slot < 0) return;
     reset_slot *s = &slots[t->slot];
-    for (;;) {
-        int want = SLOT_READY;
-        if (atomic_compare_exchange_strong(&s->state, &want, SLOT_CLAIMED))
-            break;
-        sched_yield(); /* a reset on another thread holds it: brief */
-    }
+    atomic_store(&s->state, SLOT_CLAIMED); /* READY: only this thread
+                                              changes it from there */
+    while (atomic_load(&s->users))
+        sched_yield(); /* a reset on another thread uses it: brief */
     s->fd = -1;
     atomic_store(&s->state, SLOT_FREE);
     t->slot = -1;
@@ -142,19 +160,18 @@ static void slot_leave(lull_tty *t) {
 /* The mode fd's terminal had before lull changed it, where another tty
  * holds it out of NORMAL: a second tty on a terminal the first holds RAW
  * must give back the first one's NORMAL, not RAW (closed last, or reset
- * after the first, it would leave the terminal raw). Held RESETTING while
- * read, so that no thread empties or refills the entry meanwhile. */
+ * after the first, it would leave the terminal raw). Each entry is used
+ * (slot_get) while read, so that no thread empties or refills it
+ * meanwhile. */
 static void mode_before_lull(int fd, struct termios *tio) {
     term_id id = id_of(fd);
     for (int i = 0; i < RESET_SLOTS; i++) {
         reset_slot *s = &slots[i];
-        int want = SLOT_READY;
-        if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
-            continue;
+        if (!slot_get(s)) continue;
         bool same = atomic_load(&s->moded) && s->id.rdev == id.rdev &&
                     s->id.ptn == id.ptn;
         if (same) memcpy(tio, &s->saved, sizeof *tio);
-        atomic_store(&s->state, SLOT_READY);
+        slot_put(s);
         if (same) return;
     }
 }
@@ -174,20 +191,17 @@ static bool same_description(int a, int b) {
 /* Another tty of this process (not the one entered at `skip`; -1: any)
  * on fd's shared description: true, with its saved flags in *fl (if not
  * NULL). Only this process's ttys: a forked child's copy of its parent's
- * entry is the parent's to give back. Each entry is held RESETTING while
- * read, as mode_before_lull does. */
+ * entry is the parent's to give back. Each entry is used while read, as
+ * mode_before_lull does. */
 static bool slot_sharing(int skip, int fd, int *fl) {
     int self = (int)getpid();
     for (int i = 0; i < RESET_SLOTS; i++) {
         reset_slot *s = &slots[i];
-        int want = SLOT_READY;
-        if (i == skip ||
-            !atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
-            continue;
+        if (i == skip || !slot_get(s)) continue;
         bool same = s->fl >= 0 && atomic_load(&s->pid) == self &&
                     same_description(s->fd, fd);
         if (same && fl) *fl = s->fl;
-        atomic_store(&s->state, SLOT_READY);
+        slot_put(s);
         if (same) return true;
     }
     return false;
@@ -224,16 +238,13 @@ void lull_tty_reset_mode(void) {
     int self = (int)getpid();
     for (int i = 0; i < RESET_SLOTS; i++) {
         reset_slot *s = &slots[i];
-        int want = SLOT_READY;
-        if (!atomic_compare_exchange_strong(&s->state, &want, SLOT_RESETTING))
-            continue;
-        if (atomic_load(&s->pid) != self) {
-            atomic_store(&s->state, SLOT_READY);
-            continue;
+        if (!slot_get(s)) continue;
+        if (atomic_load(&s->pid) == self) {
+            if (atomic_load(&s->moded))
+                (void)tcsetattr(s->fd, TCSANOW, &s->saved);
+            if (s->fl >= 0) (void)fcntl(s->fd, F_SETFL, s->fl);
         }
-        if (atomic_load(&s->moded)) (void)tcsetattr(s->fd, TCSANOW, &s->saved);
-        if (s->fl >= 0) (void)fcntl(s->fd, F_SETFL, s->fl);
-        atomic_store(&s->state, SLOT_READY);
+        slot_put(s);
     }
     errno = saved_errno;
 }

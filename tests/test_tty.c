@@ -13,10 +13,12 @@
 #include <lull.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -503,6 +505,84 @@ TEST(two_ttys_on_one_description_second_closed_first) {
 
 TEST(two_ttys_on_one_description_reset_mode) {
     two_ttys_on_one_description(2);
+}
+
+/* syscall, wrapped (tests/CMakeLists.txt): while kcmp_signal is set, a
+ * kcmp (same_description, which lull_tty_init of a tty with no name makes
+ * as it looks at the other ttys' entries of the reset table) raises it
+ * first: a signal arriving on the loop's thread at that moment. */
+long __real_syscall(long nr, ...);
+long __wrap_syscall(long nr, ...);
+static volatile sig_atomic_t kcmp_signal;
+
+long __wrap_syscall(long nr, ...) {
+    va_list ap;
+    va_start(ap, nr);
+    long a[6];
+    for (int i = 0; i < 6; i++)
+        a[i] = va_arg(ap, long);
+    va_end(ap);
+    if (nr == SYS_kcmp && kcmp_signal) {
+        int sig = kcmp_signal;
+        kcmp_signal = 0;
+        raise(sig);
+    }
+    return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+/* The crash handler's view: the mode and flags lull_tty_reset_mode left. */
+static int handler_slave = -1, handler_master = -1;
+static volatile sig_atomic_t handler_ran, handler_raw, handler_flags;
+
+static void reset_in_handler(int signum) {
+    (void)signum;
+    lull_tty_reset_mode();
+    struct termios t;
+    handler_raw = tcgetattr(handler_slave, &t) == 0 &&
+                  !(t.c_lflag & (ICANON | ECHO | ISIG));
+    handler_flags = fcntl(handler_master, F_GETFL);
+    handler_ran = 1;
+}
+
+/* A crash handler runs lull_tty_reset_mode while the loop's thread, which
+ * it interrupted, is in lull_tty_init of a second tty on a pty master
+ * another tty holds RAW: the init holds the first tty's entry of the
+ * reset table while it asks whether the two share a description. The
+ * reset skipped an entry held so, as if a reset were already restoring
+ * it, and the program exited with its terminal raw and non-blocking. */
+TEST(reset_mode_in_a_handler_while_an_init_reads_the_table) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    int fl = fcntl(p.master, F_GETFL);
+    term a, b;
+    term_init(loop, &a, p.master);
+    CHECK_EQ(lull_tty_set_mode(&a.t, LULL_TTY_MODE_RAW), 0);
+    CHECK(is_raw(p.slave));
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = reset_in_handler;
+    CHECK_EQ(sigaction(SIGUSR1, &sa, &old), 0);
+    handler_slave = p.slave;
+    handler_master = p.master;
+    handler_ran = 0;
+    int fd2 = dup(p.master);
+    CHECK(fd2 >= 0);
+    kcmp_signal = SIGUSR1;
+    term_init(loop, &b, fd2);
+    kcmp_signal = 0;
+    CHECK_EQ(sigaction(SIGUSR1, &old, NULL), 0);
+    CHECK_EQ(handler_ran, 1);
+    CHECK_EQ(handler_raw, 0);    /* the mode given back */
+    CHECK_EQ(handler_flags, fl); /* and the flags */
+    CHECK(mode_is(p.slave, &before));
+    CHECK_EQ(fcntl(p.master, F_SETFL, fl | O_NONBLOCK), 0);
+    term_close_and_wait(loop, &b);
+    term_close_and_wait(loop, &a);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    close(fd2);
+    finish(loop, &p);
 }
 
 /* A pty master whose reader stalls, with more queued than the pty holds:
