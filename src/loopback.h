@@ -62,7 +62,7 @@ static inline void lull__loopback_claim_timer(lull_loopback *b) {
         return;
     }
     b->turns++;
-    lull__timer_turn(t);
+    lull__timer_turn_oneshot(t);
 }
 
 /* Appends an accepted frame (in flight, next NULL, counted) to the inbox
@@ -75,7 +75,9 @@ static inline void lull__loopback_claim_timer(lull_loopback *b) {
  * paused, or b's delivery runs and claims it when it ends, seeing the
  * frame), while an empty one has none. By timer the turn is claimed
  * whenever it is not: a delayed delivery counts its delay from the send,
- * not from the end of a delivery running now. The inbox's tail is only
+ * not from the end of a delivery running now; but an empty inbox says
+ * here too that the timer is idle, so the common send, a zero-delay one
+ * to an empty inbox, tests no more than a task's. The inbox's tail is only
  * read while head is set. */
 static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
                                       bool timer) {
@@ -85,7 +87,16 @@ static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
     LULL_ASSERT(b->deliver == (timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK),
                 "lull: a loopback end's ops are not its delivery's");
     if (timer) {
-        lull__loopback_claim_timer(b);
+        if (LULL_UNLIKELY(!was_empty || b->delay_ns)) {
+            lull__loopback_claim_timer(b);
+            return 0;
+        }
+        /* An empty inbox of an open end has no turn claimed (its timer is
+         * idle), as by task: a zero-delay claim needs no test of it. */
+        LULL_ASSERT(!lull__timer_armed_bits(&b->timer) && !b->close_pending,
+                    "lull: a loopback end with an empty inbox and a turn");
+        b->turns++;
+        lull__timer_turn_oneshot(&b->timer);
         return 0;
     }
     if (LULL_UNLIKELY(!was_empty)) return 0;
