@@ -33,7 +33,9 @@
  * the sender's queued with it, so its lull_endpoint_writable falls at the
  * high-water mark, as a paused stream's peer fills the socket. A resume
  * claims the turn again. The pause is told by the turn's callback, which
- * set_paused swaps, not by a test on every frame. A close of the paused end
+ * set_turn swaps, not by a test on every frame, and so are a closed or shut
+ * peer (the frame path then tests for the sender and for an end behind the
+ * frame; an end whose peer talks tests neither). A close of the paused end
  * un-pauses it: its own close callback is owed. Shut down
  * (lull_endpoint_shutdown): sends are refused at once; the peer is marked `eof`
  * and, once it has delivered every frame this end sent, closes itself with
@@ -164,8 +166,14 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
 /* A delivery's end, its callbacks done: claims the next turn of the end
  * if a frame or the peer's close waits, unless a callback closed it. The
  * end is found from the loop's `delivering`, its turn (`timer`: which one),
- * so that the delivery keeps no pointer to it across the callbacks. */
-static inline void after_delivery(lull_loop *loop, bool timer) {
+ * so that the delivery keeps no pointer to it across the callbacks.
+ * `talking` (the turn ran deliver_task or deliver_timer: set_turn): no
+ * close or shutdown of the peer waited when the turn began, so only a
+ * frame can; one that came in the callbacks claimed the turn itself
+ * (its send found the inbox empty, or the frames after this one were
+ * there already), and so did a close or shutdown of the peer made in them
+ * (close_end, lull__loopback_shutdown). */
+static inline void after_delivery(lull_loop *loop, bool timer, bool talking) {
     void *turn = loop->delivering;
     if (!turn) return; /* a callback closed this end */
     /* Open here (a close of this end cleared `delivering`; left set, it
@@ -175,7 +183,7 @@ static inline void after_delivery(lull_loop *loop, bool timer) {
               : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
     LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
                 "lull: a closed loopback end past its delivery");
-    if (lb->head || LULL_UNLIKELY(lb->close_pending || lb->eof))
+    if (lb->head || (!talking && LULL_UNLIKELY(lb->close_pending || lb->eof)))
         claim_turn(lb, timer);
 }
 
@@ -201,15 +209,19 @@ deliver_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
         lull_loopback *sender = lb->peer;
         if (sender) lull__endpoint_drain(&sender->ep);
     }
-    after_delivery(loop, timer);
+    after_delivery(loop, timer, false);
 }
 
 /* One turn: the oldest frame, or the peer's close once no frame is left.
  * The inbox's tail is only read while head is set, so taking the last
- * frame leaves it stale rather than spending a store on it. */
-static inline void deliver(lull_loopback *lb, bool timer) {
-    /* Not paused: a paused end's turn runs deliver_paused (set_paused). */
+ * frame leaves it stale rather than spending a store on it. `talking`:
+ * the turn of an end whose peer is open and has not shut down (set_turn),
+ * which tests neither. */
+static inline void deliver(lull_loopback *lb, bool timer, bool talking) {
+    /* Not paused: a paused end's turn runs deliver_paused (set_turn). */
     LULL_ASSERT(!lb->paused, "lull: a paused loopback end's frame turn");
+    LULL_ASSERT(!talking || (lb->peer && !lb->eof && !lb->close_pending),
+                "lull: a loopback end's turn is not its state's (set_turn)");
     lull_frame *f = lb->head;
     if (LULL_UNLIKELY(!f)) {
         deliver_end(lb);
@@ -227,7 +239,7 @@ static inline void deliver(lull_loopback *lb, bool timer) {
      * its count. The drain, when the count crossed below the high-water
      * mark, runs after the release (deliver_then_drain). */
     lull_loopback *sender = lb->peer;
-    bool drain = LULL_LIKELY(sender != NULL) &&
+    bool drain = (talking || LULL_LIKELY(sender != NULL)) &&
                  LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
     /* The frame, release and drain callbacks may close this end and free
      * it (a closed end is the caller's again): a close clears the loop's
@@ -251,20 +263,34 @@ static inline void deliver(lull_loopback *lb, bool timer) {
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
         lb->ep.on_frame(&lb->ep, f->bytes, f->len);
     lull__frame_release(loop->delivering_frame);
-    after_delivery(loop, timer);
+    after_delivery(loop, timer, talking);
 }
 
 static void deliver_task(lull_task *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false);
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false, true);
 }
 LULL__OWN_NAME(deliver_task, "lull_loopback delivery task", lull_loopback,
                task);
 
 static void deliver_timer(lull_timer *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true);
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true, true);
 }
 LULL__OWN_NAME(deliver_timer, "lull_loopback delivery timer", lull_loopback,
                timer);
+
+/* The turn of an end whose peer closed or shut down: its frames, then its
+ * end. */
+static void deliver_task_ending(lull_task *t) {
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false, false);
+}
+LULL__OWN_NAME(deliver_task_ending, "lull_loopback delivery task",
+               lull_loopback, task);
+
+static void deliver_timer_ending(lull_timer *t) {
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true, false);
+}
+LULL__OWN_NAME(deliver_timer_ending, "lull_loopback delivery timer",
+               lull_loopback, timer);
 
 /* The turn of a paused end. A pause holds back what the peer sent, its
  * close included, but not this end's own close after a send past
@@ -287,15 +313,33 @@ static void deliver_timer_paused(lull_timer *t) {
 LULL__OWN_NAME(deliver_timer_paused, "lull_loopback delivery timer",
                lull_loopback, timer);
 
-/* Pauses or resumes the end's deliveries. Its turn's callback says which:
- * a paused end's runs deliver_paused, so the frame path, whichever turn
- * claimed it and whenever the pause came (inside a frame callback too,
- * the next turn claimed after it), never tests the pause. Only here and
- * in end_init (not paused) is `paused` written. */
+/* Picks the end's turn callbacks by its state, so that the frame path,
+ * whichever turn claimed it and whenever the state changed (inside a frame
+ * callback too, the next turn claimed after it), tests none of it: a
+ * paused end's run deliver_paused; an end whose peer is open and has not
+ * shut down, deliver (`talking`), which neither tests the sender nor looks
+ * for an end behind the frame; any other, deliver with those tests. Called
+ * after every change of `paused`, `peer` or `eof` but end_init's (paired:
+ * the talking ones, which lull_task_init and lull_timer_init set). */
+static void set_turn(lull_loopback *lb) {
+    if (lb->paused) {
+        lb->task.node.fn.task = deliver_task_paused;
+        lb->timer.node.fn.timer = deliver_timer_paused;
+    } else if (lb->peer && !lb->eof) { /* no close pending, then */
+        lb->task.node.fn.task = deliver_task;
+        lb->timer.node.fn.timer = deliver_timer;
+    } else {
+        lb->task.node.fn.task = deliver_task_ending;
+        lb->timer.node.fn.timer = deliver_timer_ending;
+    }
+}
+
+/* Pauses or resumes the end's deliveries. Only here, in end_init (not
+ * paused) and in close_end (un-paused, its set_turn once the pair is
+ * detached) is `paused` written. */
 static void set_paused(lull_loopback *lb, bool paused) {
     lb->paused = paused;
-    lb->task.node.fn.task = paused ? deliver_task_paused : deliver_task;
-    lb->timer.node.fn.timer = paused ? deliver_timer_paused : deliver_timer;
+    set_turn(lb);
 }
 
 /* lull_endpoint_send runs lull__loopback_send itself; these entries serve
@@ -341,7 +385,7 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     lull_timer_stop(&a->timer);
     a->close_pending = false;
     a->failing = false;
-    set_paused(a, false); /* its close callback is owed */
+    a->paused = false; /* its close callback is owed */
     a->eof = false;
     lull_frame *inbox = a->head;
     if (inbox) {
@@ -352,10 +396,12 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     a->head = a->tail = a->discard = NULL;
     lull_loopback *b = a->peer;
     a->peer = NULL;
+    set_turn(a);
     if (b) {
         /* b's frames to a are in a's inbox, released by the caller: b owes
          * no drain and can send nothing more. */
         b->peer = NULL;
+        set_turn(b);
         lull__endpoint_peer_gone(&b->ep);
         b->close_pending = true;
         b->reason = reason;
@@ -421,6 +467,7 @@ static void forget_pairs(lull_loop *loop) {
         lull_loopback *lb = (lull_loopback *)r->slots[i];
         if (!lb) continue;
         lb->peer = NULL;
+        set_turn(lb);
         lull__endpoint_peer_gone(&lb->ep);
     }
 }
@@ -481,6 +528,7 @@ int lull__loopback_shutdown(lull_endpoint *ep) {
     a->ep.flags |= LULL__EP_PEER_GONE; /* sends fail; queued still counts */
     lull_loopback *b = a->peer;
     b->eof = true;
+    set_turn(b);
     if (!b->head && !b->paused) claim_turn(b, b->deliver == LULL_DELIVER_TIMER);
     return 0;
 }
