@@ -614,6 +614,83 @@ TEST(queued_frame_always_has_its_turn_claimed) {
     }
 }
 
+/* What the peer does inside the frame callback of the last frame queued
+ * to an end reaches that end in later turns, never inside the callback: a
+ * send; a shutdown (the end closes itself with 0), alone or after a send
+ * (the frame first); a close, alone or after a send (the frame, then the
+ * peer's reason); a send while the end paused itself in that callback,
+ * which arrives once it resumes there. A turn whose inbox held nothing
+ * behind its frame claims no turn after its callbacks: each of these
+ * claims the end's turn itself. By task and by zero-delay timer. */
+enum {
+    ACT_SEND,
+    ACT_SHUTDOWN,
+    ACT_SEND_SHUTDOWN,
+    ACT_CLOSE,
+    ACT_SEND_CLOSE,
+    ACT_SEND_PAUSED,
+    ACT_COUNT
+};
+static int g_peer_act;
+
+static bool act_sends(int act) {
+    return act != ACT_SHUTDOWN && act != ACT_CLOSE;
+}
+
+static void peer_acts_at_1(side *s, int id) {
+    if (id != 1) return;
+    side *peer = s == g_b ? g_a : g_b;
+    int act = g_peer_act;
+    if (act == ACT_SEND_PAUSED) CHECK_EQ(lull_endpoint_read_stop(&s->lb.ep), 0);
+    if (act_sends(act)) CHECK_EQ(send_id(peer, 2), 0);
+    if (act == ACT_SHUTDOWN || act == ACT_SEND_SHUTDOWN)
+        CHECK_EQ(lull_endpoint_shutdown(&peer->lb.ep), 0);
+    if (act == ACT_CLOSE || act == ACT_SEND_CLOSE) close_checked(peer, 7);
+    if (act == ACT_SEND_PAUSED)
+        CHECK_EQ(lull_endpoint_read_start(&s->lb.ep), 0);
+    CHECK_EQ(s->frames, 1); /* nothing arrived inside */
+}
+
+TEST(peer_acts_inside_the_last_frames_callback) {
+    for (int timer = 0; timer < 2; timer++) {
+        FOR_EACH_CLOCK(clk) {
+            for (int act = 0; act < ACT_COUNT; act++) {
+                lull_loop *loop = new_loop(clk);
+                side a, b;
+                lull_loopback_options o = {
+                    .deliver = timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK};
+                pair_with(loop, &a, &b, &o);
+                g_a = &a;
+                g_b = &b;
+                g_peer_act = act;
+                b.also = peer_acts_at_1;
+                CHECK_EQ(send_id(&a, 1), 0);
+                run_ready(loop);
+                int sent = act_sends(act) ? 1 : 0;
+                CHECK_EQ(b.frames, 1 + sent);
+                CHECK_EQ(b.max_depth, 1);
+                CHECK_EQ(check_trace_find(2001), 0);
+                if (sent) CHECK_EQ(check_trace_find(2002), 1);
+                if (act == ACT_SEND || act == ACT_SEND_PAUSED) {
+                    CHECK_EQ(check_trace_len(), 2);
+                    CHECK_EQ(b.closes, 0);
+                    close_both(&a, &b);
+                } else {
+                    /* Both close callbacks, after the frames. */
+                    int want =
+                        act == ACT_CLOSE || act == ACT_SEND_CLOSE ? 7 : 0;
+                    CHECK_EQ(check_trace_len(), 1 + sent + 2);
+                    CHECK_EQ(b.closes, 1);
+                    CHECK_EQ(b.reason, want);
+                    CHECK_EQ(a.closes, 1);
+                    CHECK_EQ(a.reason, want);
+                }
+                CHECK_EQ(lull_loop_free(loop), 0);
+            }
+        }
+    }
+}
+
 /* ------------------------------------------------------- close, errors */
 
 TEST(close_delivers_what_was_queued_then_the_reason) {
