@@ -46,7 +46,9 @@
  * its delivery turn claimed, except while that turn runs, while it is
  * paused, and except a closed end whose close callback waits for its
  * peer's inbox (the peer's `closer`); a frame in an inbox is in flight and
- * counted in its sender's `queued`; `peer` is mutual and cleared on both ends
+ * counted in its sender's `queued`; an inbox runs from head to tail, and
+ * the tail's `next` is unwritten (a list handed to release_list ends in
+ * NULL); `peer` is mutual and cleared on both ends
  * by the first close, so a closed end is touched again only by its own close
  * turn and its peer's release_closer: it may be reused or freed in its close
  * callback, or as soon as lull_endpoint_close returns when it has none, inside
@@ -259,9 +261,13 @@ static inline void deliver(lull_loopback *lb, bool timer, bool talking) {
         deliver_end(lb);
         return;
     }
-    lull_frame *next = f->next;
-    lb->head = next;
+    /* The last frame is the tail, whose `next` means nothing (a send to an
+     * empty inbox leaves it unwritten). */
     lb->delivered++;
+    bool last = f == lb->tail;
+    lull_frame *next = NULL;
+    if (!last) next = f->next;
+    lb->head = next;
     /* Delivered: the frame leaves its sender's count as it is handed to
      * the frame callback, as bytes a socket's peer has read leave the
      * sender's buffer, and so before its release, where it is the owner's
@@ -282,7 +288,7 @@ static inline void deliver(lull_loopback *lb, bool timer, bool talking) {
      * send finds the inbox empty), and so do a close or shutdown of the
      * peer (close_end, lull__loopback_shutdown); so it keeps the frame
      * alone across them and never looks at the end again. */
-    if (LULL_LIKELY(talking && !next && !drain)) {
+    if (LULL_LIKELY(talking && last && !drain)) {
         if (LULL_LIKELY(lb->ep.on_frame != NULL))
             lb->ep.on_frame(&lb->ep, f->bytes, f->len);
         lull__frame_release(f);
@@ -476,6 +482,7 @@ static bool forgotten(const lull_loopback *lb) {
 
 static lull_frame *close_forgotten(lull_loopback *a) {
     lull_frame *inbox = a->head;
+    if (inbox) a->tail->next = NULL; /* a list for release_list */
     a->head = a->tail = NULL;
     set_paused(a, false);
     return inbox;

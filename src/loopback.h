@@ -22,6 +22,24 @@ extern const lull_frame_ops lull__loopback_timer_ops;
  * lull_endpoint_send to return. */
 int lull__loopback_resent(lull_loopback *a);
 
+/* An inbox is linked from head to tail, and the tail's `next` is never
+ * read (a send leaves it unwritten: lull_endpoint_send's loopback path):
+ * the walk of lull__frame_check_unqueued (debug builds), stopped at the
+ * tail. */
+static inline void lull__loopback_check_unqueued(const lull_loopback *b,
+                                                 const lull_frame *frame) {
+#ifndef NDEBUG
+    int n = 0;
+    for (const lull_frame *f = b->head; f && n < LULL__FRAME_CHECK_DEPTH;
+         f = f == b->tail ? NULL : f->next, n++)
+        LULL_ASSERT(f != frame, "lull: lull_endpoint_send of a frame already "
+                                "queued (rewritten while in flight)");
+#else
+    (void)b;
+    (void)frame;
+#endif
+}
+
 /* Appends frame to the inbox of a's peer, which it returns; `was_empty`
  * says whether the inbox had no frame before. Both deliveries' sends. NULL
  * for a frame that is the inbox's last already: the caller returns
@@ -37,7 +55,7 @@ lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
     if (LULL_UNLIKELY(!*was_empty)) {
         if (LULL_UNLIKELY(frame == b->tail))
             return NULL; /* linked again, it would be a cycle */
-        lull__frame_check_unqueued(b->head, frame);
+        lull__loopback_check_unqueued(b, frame);
         b->tail->next = frame;
     } else {
         b->head = frame;
@@ -65,7 +83,7 @@ static inline void lull__loopback_claim_timer(lull_loopback *b) {
     lull__timer_turn_oneshot(t);
 }
 
-/* Appends an accepted frame (in flight, next NULL, counted) to the inbox
+/* Appends an accepted frame (in flight, counted) to the inbox
  * of a's peer and claims the peer's turn; 0, for lull_endpoint_send to
  * return. `timer` is the peer's delivery (a constant in every caller).
  *

@@ -2517,6 +2517,46 @@ TEST(close_after_its_loop_was_freed_touches_no_loop) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A send leaves a frame's link as it was: a loopback inbox ends at its
+ * tail. Frames sent together (each linked to the next), delivered, then
+ * one sent again alone, the last of a paused end's inbox, and that inbox
+ * closed: in a local close, and in the close of an end whose loop forgot
+ * it, exactly that frame comes back, once. */
+TEST(closed_inbox_releases_its_frames_whatever_their_old_links) {
+    for (int forgotten = 0; forgotten < 2; forgotten++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+        side a, b;
+        pair_with(loop, &a, &b, NULL);
+        owned f[3];
+        for (int i = 0; i < 3; i++) {
+            owned_init(&f[i], i + 1);
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+        }
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 3);
+        /* f[0] was linked to f[1]: now alone in a paused end's inbox. */
+        CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 3);
+        if (forgotten) {
+            CHECK_EQ(lull_loop_free(loop), 0); /* the pair left open */
+            CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+            CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
+        } else {
+            close_checked(&b, 0);
+            CHECK_EQ(f[0].releases, 2); /* at once, in the close */
+            close_checked(&a, 0);
+            CHECK(lull_loop_settle(loop) >= 0);
+            CHECK_EQ(a.closes + b.closes, 2);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+        CHECK_EQ(f[0].releases, 2);
+        CHECK_EQ(f[1].releases, 1);
+        CHECK_EQ(f[2].releases, 1);
+    }
+}
+
 /* A pair left open at lull_loop_free: one end, a, paired again on a new
  * loop (the set of live ends takes it: its loop forgot it), then the
  * other, b, closed as a clean-up. b still named a as its peer, and its
