@@ -64,6 +64,9 @@ void lull_endpoint_set_callbacks(lull_endpoint *ep, lull_frame_fn on_frame,
     ep->on_frame = on_frame;
     ep->on_drain = on_drain;
     ep->on_close = on_close;
+    if (ep->ops == &lull__loopback_task_ops ||
+        ep->ops == &lull__loopback_timer_ops)
+        lull__loopback_callbacks_set(ep);
 }
 
 #define LULL__EP_NO_SEND (LULL__EP_CLOSED | LULL__EP_PEER_GONE)

@@ -31,6 +31,9 @@ extern const lull_frame_ops lull__sim_ops;
 /* Reading paused (on false) or resumed; shut down. Open ends only. */
 int lull__loopback_read(lull_endpoint *ep, bool on);
 int lull__loopback_shutdown(lull_endpoint *ep);
+/* lull_endpoint_set_callbacks changed a loopback end's: its delivery turn
+ * is picked by them too (src/loopback.c). */
+void lull__loopback_callbacks_set(lull_endpoint *ep);
 
 /* lull_endpoint.flags */
 #define LULL__EP_CLOSED    0x1u /* closed here, or the peer's close delivered */

@@ -254,7 +254,8 @@ __attribute__((noinline)) static void deliver_watched(lull_loopback *lb,
 static inline void deliver(lull_loopback *lb, bool timer, bool talking) {
     /* Not paused: a paused end's turn runs deliver_paused (set_turn). */
     LULL_ASSERT(!lb->paused, "lull: a paused loopback end's frame turn");
-    LULL_ASSERT(!talking || (lb->peer && !lb->eof && !lb->close_pending),
+    LULL_ASSERT(!talking || (lb->peer && !lb->eof && !lb->close_pending &&
+                             lb->ep.on_frame),
                 "lull: a loopback end's turn is not its state's (set_turn)");
     lull_frame *f = lb->head;
     if (LULL_UNLIKELY(!f)) {
@@ -289,8 +290,7 @@ static inline void deliver(lull_loopback *lb, bool timer, bool talking) {
      * peer (close_end, lull__loopback_shutdown); so it keeps the frame
      * alone across them and never looks at the end again. */
     if (LULL_LIKELY(talking && last && !drain)) {
-        if (LULL_LIKELY(lb->ep.on_frame != NULL))
-            lb->ep.on_frame(&lb->ep, f->bytes, f->len);
+        lb->ep.on_frame(&lb->ep, f->bytes, f->len); /* set: talking */
         lull__frame_release(f);
         return;
     }
@@ -348,21 +348,27 @@ LULL__OWN_NAME(deliver_timer_paused, "lull_loopback delivery timer",
  * whichever turn claimed it and whenever the state changed (inside a frame
  * callback too, the next turn claimed after it), tests none of it: a
  * paused end's run deliver_paused; an end whose peer is open and has not
- * shut down, deliver (`talking`), which neither tests the sender nor looks
- * for an end behind the frame; any other, deliver with those tests. Called
- * after every change of `paused`, `peer` or `eof` but end_init's (paired:
- * the talking ones, which lull_task_init and lull_timer_init set). */
+ * shut down, with a frame callback, deliver (`talking`), which tests
+ * neither the sender nor the callback and does not look for an end behind
+ * the frame; any other, deliver with those tests. Called after every
+ * change of `paused`, `peer`, `eof` or the frame callback
+ * (lull__loopback_callbacks_set). */
 static void set_turn(lull_loopback *lb) {
     if (lb->paused) {
         lb->task.node.fn.task = deliver_task_paused;
         lb->timer.node.fn.timer = deliver_timer_paused;
-    } else if (lb->peer && !lb->eof) { /* no close pending, then */
+    } else if (lb->peer && !lb->eof && lb->ep.on_frame) {
+        /* (no close pending, then) */
         lb->task.node.fn.task = deliver_task;
         lb->timer.node.fn.timer = deliver_timer;
     } else {
         lb->task.node.fn.task = deliver_task_ending;
         lb->timer.node.fn.timer = deliver_timer_ending;
     }
+}
+
+void lull__loopback_callbacks_set(lull_endpoint *ep) {
+    set_turn(end_of(ep));
 }
 
 /* Pauses or resumes the end's deliveries. Only here, in end_init (not
@@ -595,6 +601,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->delivered = 0;
     lb->turns = 0;
     lb->closed_flag = NULL; /* unused: the loop's `delivering` serves */
+    set_turn(lb);           /* no frame callback yet */
 }
 
 /* Puts both ends in the loop's set of live ends and the process's (which

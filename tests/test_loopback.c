@@ -2197,6 +2197,57 @@ TEST(max_queued_inside_a_callback_and_local_close) {
     }
 }
 
+/* The frame callback may be changed between frames and from inside one:
+ * without one, frames are still handed over and released, and counted
+ * delivered; set again, the next frame reaches it. A callback that
+ * clears itself with a frame queued behind its own gets no more frames,
+ * and one that a send to an empty inbox set finds the frame. By task and
+ * by zero-delay timer. */
+static void clear_own_callback(side *s, int id) {
+    (void)id;
+    lull_endpoint_set_callbacks(&s->lb.ep, NULL, on_drain, on_close);
+}
+
+TEST(frame_callback_changed_between_and_inside_frames) {
+    for (int timer = 0; timer < 2; timer++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+        lull_loopback_options o = {.deliver = timer ? LULL_DELIVER_TIMER
+                                                    : LULL_DELIVER_TASK};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        owned f[3];
+        for (int i = 0; i < 3; i++)
+            owned_init(&f[i], i + 1);
+        lull_endpoint_set_callbacks(&b.lb.ep, NULL, on_drain, on_close);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(f[0].releases, 1); /* handed over to nobody */
+        CHECK_U64_EQ(b.lb.delivered, 1);
+        CHECK_EQ(b.frames, 0);
+        lull_endpoint_set_callbacks(&b.lb.ep, on_frame, on_drain, on_close);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[1].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 1);
+        /* Cleared inside the callback of 1, with 2 and 3 behind it. */
+        b.also = clear_own_callback;
+        for (int i = 0; i < 3; i++)
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 2);
+        CHECK_U64_EQ(b.lb.delivered, 5);
+        CHECK_EQ(f[0].releases + f[1].releases + f[2].releases, 5);
+        /* Cleared, then set from a task while a frame waits for its turn. */
+        b.also = NULL;
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        lull_endpoint_set_callbacks(&b.lb.ep, on_frame, on_drain, on_close);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 3);
+        CHECK_TRACE(2002, 2001, 2001);
+        close_both(&a, &b);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
 /* The endpoint's data pointer is the user's: lull_loopback_pair keeps it,
  * and protocol code that sees only the endpoint reaches its object. */
 TEST(endpoint_data_survives_pairing) {
