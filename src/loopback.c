@@ -79,10 +79,11 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, lull_loopback, ep);
 }
 
-void lull__loopback_claim_timer_other(lull_loopback *b) {
-    if (lull__timer_armed(&b->timer)) return;
+int lull__loopback_claim_timer_other(lull_loopback *b) {
+    if (lull__timer_armed(&b->timer)) return 0;
     b->turns++;
     lull_timer_start(&b->timer, b->delay_ns, 0);
+    return 0;
 }
 
 /* The timer half of claim_turn: out of line, so the task path (the

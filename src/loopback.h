@@ -65,22 +65,23 @@ lull__loopback_append(lull_loopback *a, lull_frame *frame, bool *was_empty) {
 }
 
 /* The claims lull__loopback_claim_timer leaves out of line (src/loopback.c):
- * of an end whose timer is armed (claimed: nothing to do) or that delays. */
-void lull__loopback_claim_timer_other(lull_loopback *b);
+ * of an end whose timer is armed (claimed: nothing to do) or that delays.
+ * 0, so that a send returns its answer, a tail call that keeps
+ * lull_endpoint_send's path free of a stack frame. */
+int lull__loopback_claim_timer_other(lull_loopback *b);
 
 /* Claims the turn of b, an end that delivers by timer, unless it is
  * claimed (its timer armed): a zero-delay turn is queued as a task's is, a
  * delayed one armed. The common case, an idle timer (not in the heap, not
  * queued) and no delay, is told by one branch, as lull_timer_start tells
  * it, and the rest is a call, so the common case keeps nothing for it. */
-static inline void lull__loopback_claim_timer(lull_loopback *b) {
+static inline int lull__loopback_claim_timer(lull_loopback *b) {
     lull_timer *t = &b->timer;
-    if (LULL_UNLIKELY((lull__timer_armed_bits(t) | b->delay_ns) != 0)) {
-        lull__loopback_claim_timer_other(b);
-        return;
-    }
+    if (LULL_UNLIKELY((lull__timer_armed_bits(t) | b->delay_ns) != 0))
+        return lull__loopback_claim_timer_other(b);
     b->turns++;
     lull__timer_turn_oneshot(t);
+    return 0;
 }
 
 /* Appends an accepted frame (in flight, counted) to the inbox
@@ -105,10 +106,8 @@ static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
     LULL_ASSERT(b->deliver == (timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK),
                 "lull: a loopback end's ops are not its delivery's");
     if (timer) {
-        if (LULL_UNLIKELY(!was_empty || b->delay_ns)) {
-            lull__loopback_claim_timer(b);
-            return 0;
-        }
+        if (LULL_UNLIKELY(!was_empty || b->delay_ns))
+            return lull__loopback_claim_timer(b);
         /* An empty inbox of an open end has no turn claimed (its timer is
          * idle), as by task: a zero-delay claim needs no test of it. */
         LULL_ASSERT(!lull__timer_armed_bits(&b->timer) && !b->close_pending,
