@@ -92,12 +92,13 @@ static inline int lull__loopback_claim_timer(lull_loopback *b) {
  * the turn needs claiming: b is a's peer, so b is open with no close
  * pending, and then a non-empty inbox has its turn claimed (or b is
  * paused, or b's delivery runs and claims it when it ends, seeing the
- * frame), while an empty one has none. By timer the turn is claimed
- * whenever it is not: a delayed delivery counts its delay from the send,
- * not from the end of a delivery running now; but an empty inbox says
- * here too that the timer is idle, so the common send, a zero-delay one
- * to an empty inbox, tests no more than a task's. The inbox's tail is only
- * read while head is set. */
+ * frame), while an empty one has none. By zero-delay timer the same (C3:
+ * the same order as a task): claimed at once while b's delivery runs, the
+ * turn for the frame already behind it would land before the tasks that
+ * delivery's callback posts after this send. A delayed delivery claims
+ * whenever it is not claimed: its delay counts from the send, not from the
+ * end of a delivery running now. The inbox's tail is only read while head
+ * is set. */
 static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
                                       bool timer) {
     bool was_empty;
@@ -106,10 +107,8 @@ static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
     LULL_ASSERT(b->deliver == (timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK),
                 "lull: a loopback end's ops are not its delivery's");
     if (timer) {
-        if (LULL_UNLIKELY(!was_empty || b->delay_ns))
-            return lull__loopback_claim_timer(b);
-        /* An empty inbox of an open end has no turn claimed (its timer is
-         * idle), as by task: a zero-delay claim needs no test of it. */
+        if (LULL_UNLIKELY(b->delay_ns)) return lull__loopback_claim_timer(b);
+        if (LULL_UNLIKELY(!was_empty)) return 0;
         LULL_ASSERT(!lull__timer_armed_bits(&b->timer) && !b->close_pending,
                     "lull: a loopback end with an empty inbox and a turn");
         b->turns++;

@@ -227,6 +227,38 @@ TEST(frame_cascade_completes_before_next_frame) {
     }
 }
 
+/* The same when a frame reaches the end inside the callback, before the
+ * task is posted: the frame already queued behind (2) still lands after
+ * the task, by zero-delay timer as by task (C3: the same order). */
+static void send_then_post(side *s, int id) {
+    (void)s;
+    if (id != 1) return;
+    CHECK_EQ(send_id(g_a, 3), 0); /* a -> b, behind 2 */
+    lull_task_post(the_loop, &g_follow);
+}
+
+TEST(frame_cascade_completes_before_next_frame_sent_inside) {
+    for (int timer = 0; timer < 2; timer++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.deliver = timer ? LULL_DELIVER_TIMER
+                                                        : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            g_a = &a;
+            g_b = &b;
+            lull_task_init(&g_follow, follow_up);
+            b.also = send_then_post;
+            CHECK_EQ(send_id(&a, 1), 0);
+            CHECK_EQ(send_id(&a, 2), 0);
+            run_ready(loop);
+            CHECK_TRACE(2001, 5, 2002, 2003);
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
 /* Claimed many times, a turn runs once: a task posted three times, a
  * zero-delay timer started twice, a delivery turn claimed by five sends
  * delivers five frames with one turn each, and never two at once. */
