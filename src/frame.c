@@ -173,9 +173,9 @@ int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
      * of the state bits tells a loopback end by task that is open, its
      * peer open, and unbounded (LULL__EP_LOOPBACK_TASK). */
     if (LULL_UNLIKELY(ep->flags != LULL__EP_LOOPBACK_TASK)) {
-        /* One compare more tells a loopback end by timer, open, its peer
-         * open, unbounded (LULL__EP_LOOPBACK_TIMER): its round trip is
-         * measured beside the task's. */
+        /* One compare more tells a loopback end by zero-delay timer, open,
+         * its peer open, unbounded (LULL__EP_LOOPBACK_TIMER alone): its
+         * round trip is measured beside the task's. */
         if (flags_reread(ep) != LULL__EP_LOOPBACK_TIMER)
             return send_other(ep, frame);
         LULL_ASSERT(ep->ops == &lull__loopback_timer_ops,
@@ -183,13 +183,13 @@ int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
                     "delivery's");
         accept_loopback_frame(ep, frame);
         return lull__loopback_send(LULL_CONTAINER_OF(ep, lull_loopback, ep),
-                                   frame, true);
+                                   frame, LULL__CLAIM_TIMER0);
     }
     LULL_ASSERT(ep->ops == &lull__loopback_task_ops,
                 "lull: a loopback end's state bits are not its delivery's");
     accept_loopback_frame(ep, frame);
     return lull__loopback_send(LULL_CONTAINER_OF(ep, lull_loopback, ep), frame,
-                               false);
+                               LULL__CLAIM_TASK);
 }
 
 /* The copy path: one block holds the link and the bytes, freed on release. */

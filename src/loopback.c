@@ -383,11 +383,11 @@ static void set_paused(lull_loopback *lb, bool paused) {
 /* lull_endpoint_send runs lull__loopback_send itself; these entries serve
  * any other caller of the ops. */
 static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
-    lull__loopback_send(end_of(ep), frame, false);
+    lull__loopback_send(end_of(ep), frame, LULL__CLAIM_TASK);
 }
 
 static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
-    lull__loopback_send(end_of(ep), frame, true);
+    lull__loopback_send(end_of(ep), frame, LULL__CLAIM_TIMER);
 }
 
 /* Closes a's half of the pair without running any callback: detaches the
@@ -584,6 +584,8 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                             ? &lull__loopback_timer_ops
                             : &lull__loopback_task_ops,
                         o->max_frame, o->high_water, o->max_queued);
+    if (o->deliver == LULL_DELIVER_TIMER && o->delay_ns)
+        lb->ep.flags |= LULL__EP_LOOPBACK_DELAYED;
     lull_task_init(&lb->task, deliver_task);
     lb->task.loop = loop; /* its only loop: sends post it as owned */
     lull_timer_init(loop, &lb->timer, deliver_timer);

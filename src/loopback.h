@@ -84,9 +84,15 @@ static inline int lull__loopback_claim_timer(lull_loopback *b) {
     return 0;
 }
 
+/* How a send claims the peer's turn (a constant in every caller of
+ * lull__loopback_send): by task; by timer with no delay (the pair has no
+ * LULL__EP_LOOPBACK_DELAYED, as lull_endpoint_send's inline path knows);
+ * by timer, with or without one. */
+enum { LULL__CLAIM_TASK, LULL__CLAIM_TIMER0, LULL__CLAIM_TIMER };
+
 /* Appends an accepted frame (in flight, counted) to the inbox
- * of a's peer and claims the peer's turn; 0, for lull_endpoint_send to
- * return. `timer` is the peer's delivery (a constant in every caller).
+ * of a's peer and claims the peer's turn (`claim`: LULL__CLAIM_*); 0, for
+ * lull_endpoint_send to return.
  *
  * By task, by the invariant of src/loopback.c the inbox alone says whether
  * the turn needs claiming: b is a's peer, so b is open with no close
@@ -100,14 +106,18 @@ static inline int lull__loopback_claim_timer(lull_loopback *b) {
  * end of a delivery running now. The inbox's tail is only read while head
  * is set. */
 static inline int lull__loopback_send(lull_loopback *a, lull_frame *frame,
-                                      bool timer) {
+                                      int claim) {
+    bool timer = claim != LULL__CLAIM_TASK;
     bool was_empty;
     lull_loopback *b = lull__loopback_append(a, frame, &was_empty);
     if (LULL_UNLIKELY(!b)) return lull__loopback_resent(a);
     LULL_ASSERT(b->deliver == (timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK),
                 "lull: a loopback end's ops are not its delivery's");
+    LULL_ASSERT(claim != LULL__CLAIM_TIMER0 || !b->delay_ns,
+                "lull: a zero-delay claim of a delayed loopback end");
     if (timer) {
-        if (LULL_UNLIKELY(b->delay_ns)) return lull__loopback_claim_timer(b);
+        if (claim == LULL__CLAIM_TIMER && LULL_UNLIKELY(b->delay_ns))
+            return lull__loopback_claim_timer(b);
         if (LULL_UNLIKELY(!was_empty)) return 0;
         LULL_ASSERT(!lull__timer_armed_bits(&b->timer) && !b->close_pending,
                     "lull: a loopback end with an empty inbox and a turn");
