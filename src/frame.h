@@ -31,6 +31,9 @@ extern const lull_frame_ops lull__sim_ops;
 /* Reading paused (on false) or resumed; shut down. Open ends only. */
 int lull__loopback_read(lull_endpoint *ep, bool on);
 int lull__loopback_shutdown(lull_endpoint *ep);
+/* lull_endpoint_set_callbacks changed a loopback end's: its delivery turn
+ * is picked by them too (src/loopback.c). */
+void lull__loopback_callbacks_set(lull_endpoint *ep);
 
 /* lull_endpoint.flags */
 #define LULL__EP_CLOSED    0x1u /* closed here, or the peer's close delivered */
@@ -47,12 +50,17 @@ int lull__loopback_shutdown(lull_endpoint *ep);
 #define LULL__EP_FRAMED 0x8u
 /* A loopback end that delivers by task (lull__loopback_task_ops), or by
  * timer (lull__loopback_timer_ops). Alone in `flags`, such a bit says the
- * end is open, its peer open, and unbounded (a close or a bound adds a
- * bit, and a loopback end is never framed): lull_endpoint_send tells its
- * two loopback paths by one compare each, the transport and the absence
- * of any refusal or bound at once. */
+ * end is open, its peer open, and unbounded, and a timer end's pair has
+ * no delay (a close, a bound or a delay adds a bit, and a loopback end is
+ * never framed): lull_endpoint_send tells its two loopback paths by one
+ * compare each, the transport and the absence of any refusal, bound or
+ * delay at once. */
 #define LULL__EP_LOOPBACK_TASK  0x10u
 #define LULL__EP_LOOPBACK_TIMER 0x20u
+/* Beside LULL__EP_LOOPBACK_TIMER: the pair delays each frame (delay_ns),
+ * so its sends leave lull_endpoint_send's inline path, which claims
+ * zero-delay turns, for the transport's own (set by lull_loopback_pair). */
+#define LULL__EP_LOOPBACK_DELAYED 0x40u
 
 /* Sets up the shared half of an endpoint: no callbacks, nothing queued,
  * `data` left as it was. Zero limits take the defaults (max_queued: none). */

@@ -550,6 +550,13 @@ static inline void lull__timer_turn(lull_timer *t) {
     t->repeat = 0;
     lull__queue_push(&t->loop->ready, &t->node);
 }
+/* The same for a timer only ever armed one-shot (lull's own: a loopback
+ * end's delivery), whose `repeat` is still the 0 its set-up wrote: no
+ * store for it on the round trip's path. */
+static inline void lull__timer_turn_oneshot(lull_timer *t) {
+    LULL_ASSERT(t->repeat == 0, "lull: a one-shot turn of a repeating timer");
+    lull__queue_push(&t->loop->ready, &t->node);
+}
 /* t is a real-clock reading the loop just took: the deferred arms (made
  * before it, on this thread) get their deadlines from it. */
 static inline void lull__timers_flush(lull_loop *loop, uint64_t t) {

@@ -33,7 +33,9 @@
  * the sender's queued with it, so its lull_endpoint_writable falls at the
  * high-water mark, as a paused stream's peer fills the socket. A resume
  * claims the turn again. The pause is told by the turn's callback, which
- * set_paused swaps, not by a test on every frame. A close of the paused end
+ * set_turn swaps, not by a test on every frame, and so are a closed or shut
+ * peer (the frame path then tests for the sender and for an end behind the
+ * frame; an end whose peer talks tests neither). A close of the paused end
  * un-pauses it: its own close callback is owed. Shut down
  * (lull_endpoint_shutdown): sends are refused at once; the peer is marked `eof`
  * and, once it has delivered every frame this end sent, closes itself with
@@ -44,12 +46,15 @@
  * its delivery turn claimed, except while that turn runs, while it is
  * paused, and except a closed end whose close callback waits for its
  * peer's inbox (the peer's `closer`); a frame in an inbox is in flight and
- * counted in its sender's `queued`; `peer` is mutual and cleared on both ends
+ * counted in its sender's `queued`; an inbox runs from head to tail, and
+ * the tail's `next` is unwritten (a list handed to release_list ends in
+ * NULL); `peer` is mutual and cleared on both ends
  * by the first close, so a closed end is touched again only by its own close
  * turn and its peer's release_closer: it may be reused or freed in its close
  * callback, or as soon as lull_endpoint_close returns when it has none, inside
  * a delivery to it too (its close clears the loop's `delivering`, which
- * tells the delivery).
+ * tells a delivery that looks at the end after its callbacks; the common
+ * one, nothing queued behind its frame, never does: deliver).
  *
  * The send half of an end that delivers by task lives in src/loopback.h,
  * so that lull_endpoint_send inlines it; it leans on the first invariant: an
@@ -74,10 +79,11 @@ static inline lull_loopback *end_of(lull_endpoint *ep) {
     return LULL_CONTAINER_OF(ep, lull_loopback, ep);
 }
 
-void lull__loopback_claim_timer_other(lull_loopback *b) {
-    if (lull__timer_armed(&b->timer)) return;
+int lull__loopback_claim_timer_other(lull_loopback *b) {
+    if (lull__timer_armed(&b->timer)) return 0;
     b->turns++;
     lull_timer_start(&b->timer, b->delay_ns, 0);
+    return 0;
 }
 
 /* The timer half of claim_turn: out of line, so the task path (the
@@ -164,8 +170,14 @@ __attribute__((noinline)) static void deliver_end(lull_loopback *lb) {
 /* A delivery's end, its callbacks done: claims the next turn of the end
  * if a frame or the peer's close waits, unless a callback closed it. The
  * end is found from the loop's `delivering`, its turn (`timer`: which one),
- * so that the delivery keeps no pointer to it across the callbacks. */
-static inline void after_delivery(lull_loop *loop, bool timer) {
+ * so that the delivery keeps no pointer to it across the callbacks.
+ * `talking` (the turn ran deliver_task or deliver_timer: set_turn): no
+ * close or shutdown of the peer waited when the turn began, so only a
+ * frame can; one that came in the callbacks claimed the turn itself
+ * (its send found the inbox empty, or the frames after this one were
+ * there already), and so did a close or shutdown of the peer made in them
+ * (close_end, lull__loopback_shutdown). */
+static inline void after_delivery(lull_loop *loop, bool timer, bool talking) {
     void *turn = loop->delivering;
     if (!turn) return; /* a callback closed this end */
     /* Open here (a close of this end cleared `delivering`; left set, it
@@ -175,7 +187,7 @@ static inline void after_delivery(lull_loop *loop, bool timer) {
               : LULL_CONTAINER_OF((lull_task *)turn, lull_loopback, task);
     LULL_ASSERT(!(lb->ep.flags & LULL__EP_CLOSED),
                 "lull: a closed loopback end past its delivery");
-    if (lb->head || LULL_UNLIKELY(lb->close_pending || lb->eof))
+    if (lb->head || (!talking && LULL_UNLIKELY(lb->close_pending || lb->eof)))
         claim_turn(lb, timer);
 }
 
@@ -201,46 +213,27 @@ deliver_then_drain(lull_loop *loop, lull_frame *f, bool timer) {
         lull_loopback *sender = lb->peer;
         if (sender) lull__endpoint_drain(&sender->ep);
     }
-    after_delivery(loop, timer);
+    after_delivery(loop, timer, false);
 }
 
-/* One turn: the oldest frame, or the peer's close once no frame is left.
- * The inbox's tail is only read while head is set, so taking the last
- * frame leaves it stale rather than spending a store on it. */
-static inline void deliver(lull_loopback *lb, bool timer) {
-    /* Not paused: a paused end's turn runs deliver_paused (set_paused). */
-    LULL_ASSERT(!lb->paused, "lull: a paused loopback end's frame turn");
-    lull_frame *f = lb->head;
-    if (LULL_UNLIKELY(!f)) {
-        deliver_end(lb);
-        return;
-    }
-    lb->head = f->next;
-    lb->delivered++;
-    /* Delivered: the frame leaves its sender's count as it is handed to
-     * the frame callback, as bytes a socket's peer has read leave the
-     * sender's buffer, and so before its release, where it is the owner's
-     * again (lull.h: re-send it) and a re-send must not be measured
-     * against max_queued with it still counted. Read here, before any
-     * callback, `peer` needs no check that lb is still open. An open
-     * sender counts this frame: only a close, which clears `peer`, zeroes
-     * its count. The drain, when the count crossed below the high-water
-     * mark, runs after the release (deliver_then_drain). */
-    lull_loopback *sender = lb->peer;
-    bool drain = LULL_LIKELY(sender != NULL) &&
-                 LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
-    /* The frame, release and drain callbacks may close this end and free
-     * it (a closed end is the caller's again): a close clears the loop's
-     * `delivering`, and then lb is not touched again. f is off the inbox,
-     * its own. Turns do not nest (lull_loop_run and lull_loop_settle
-     * refuse to run inside a callback), so one slot per loop serves, and
-     * the loop outlives them (lull_loop_free refuses a running loop). Its
-     * value is the turn's own handle (close_end compares it with both),
-     * and the frame waits in a slot of its own (`delivering_frame`):
-     * after the callbacks the delivery finds the end and the frame again
-     * from the loop, the one pointer it keeps across them, so that the
-     * frame path saves and restores one register instead of three (the
-     * end, the frame and the loop). */
+/* A frame's turn that looks at the end after the callbacks (deliver):
+ * frames behind this one, the peer closed or shut down, or the sender's
+ * drain owed (`drain`). Out of line, so that the common turn saves and
+ * restores one register, not two. A close of the end in the callbacks
+ * clears the loop's `delivering`, and then lb is not touched again. (Left
+ * set by a turn, it means nothing to any other: only a turn that set it
+ * reads it.) Turns do not nest (lull_loop_run and lull_loop_settle refuse
+ * to run inside a callback), so one slot per loop serves, and the loop
+ * outlives them (lull_loop_free refuses a running loop). Its value is the
+ * turn's own handle (close_end compares it with both), and the frame
+ * waits in a slot of its own (`delivering_frame`): after the callbacks the
+ * delivery finds the end and the frame again from the loop, the one
+ * pointer it keeps across them, so that it saves and restores one
+ * register instead of three (the end, the frame and the loop). */
+__attribute__((noinline)) static void deliver_watched(lull_loopback *lb,
+                                                      lull_frame *f, bool timer,
+                                                      bool talking,
+                                                      bool drain) {
     lull_loop *loop = lb->loop;
     loop->delivering = timer ? (void *)&lb->timer : (void *)&lb->task;
     if (LULL_UNLIKELY(drain)) {
@@ -251,20 +244,85 @@ static inline void deliver(lull_loopback *lb, bool timer) {
     if (LULL_LIKELY(lb->ep.on_frame != NULL))
         lb->ep.on_frame(&lb->ep, f->bytes, f->len);
     lull__frame_release(loop->delivering_frame);
-    after_delivery(loop, timer);
+    after_delivery(loop, timer, talking);
+}
+
+/* One turn: the oldest frame, or the peer's close once no frame is left.
+ * The inbox's tail is only read while head is set, so taking the last
+ * frame leaves it stale rather than spending a store on it. `talking`:
+ * the turn of an end whose peer is open and has not shut down (set_turn),
+ * which tests neither. */
+static inline void deliver(lull_loopback *lb, bool timer, bool talking) {
+    /* Not paused: a paused end's turn runs deliver_paused (set_turn). */
+    LULL_ASSERT(!lb->paused, "lull: a paused loopback end's frame turn");
+    LULL_ASSERT(!talking || (lb->peer && !lb->eof && !lb->close_pending &&
+                             lb->ep.on_frame),
+                "lull: a loopback end's turn is not its state's (set_turn)");
+    lull_frame *f = lb->head;
+    if (LULL_UNLIKELY(!f)) {
+        deliver_end(lb);
+        return;
+    }
+    /* The last frame is the tail, whose `next` means nothing (a send to an
+     * empty inbox leaves it unwritten). */
+    lb->delivered++;
+    bool last = f == lb->tail;
+    lull_frame *next = NULL;
+    if (!last) next = f->next;
+    lb->head = next;
+    /* Delivered: the frame leaves its sender's count as it is handed to
+     * the frame callback, as bytes a socket's peer has read leave the
+     * sender's buffer, and so before its release, where it is the owner's
+     * again (lull.h: re-send it) and a re-send must not be measured
+     * against max_queued with it still counted. Read here, before any
+     * callback, `peer` needs no check that lb is still open. An open
+     * sender counts this frame: only a close, which clears `peer`, zeroes
+     * its count. The drain, when the count crossed below the high-water
+     * mark, runs after the release (deliver_then_drain). */
+    lull_loopback *sender = lb->peer;
+    bool drain = (talking || LULL_LIKELY(sender != NULL)) &&
+                 LULL_UNLIKELY(lull__endpoint_unqueue(&sender->ep, f->len));
+    /* The frame, release and drain callbacks may close this end and free
+     * it (a closed end is the caller's again). f is off the inbox, its
+     * own. The turn of an end whose peer talks, with no frame behind this
+     * one (a request answered, the common case), has nothing to do for
+     * the end after them: whatever they send to it claims its turn (the
+     * send finds the inbox empty), and so do a close or shutdown of the
+     * peer (close_end, lull__loopback_shutdown); so it keeps the frame
+     * alone across them and never looks at the end again. */
+    if (LULL_LIKELY(talking && last && !drain)) {
+        lb->ep.on_frame(&lb->ep, f->bytes, f->len); /* set: talking */
+        lull__frame_release(f);
+        return;
+    }
+    deliver_watched(lb, f, timer, talking, drain);
 }
 
 static void deliver_task(lull_task *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false);
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false, true);
 }
 LULL__OWN_NAME(deliver_task, "lull_loopback delivery task", lull_loopback,
                task);
 
 static void deliver_timer(lull_timer *t) {
-    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true);
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true, true);
 }
 LULL__OWN_NAME(deliver_timer, "lull_loopback delivery timer", lull_loopback,
                timer);
+
+/* The turn of an end whose peer closed or shut down: its frames, then its
+ * end. */
+static void deliver_task_ending(lull_task *t) {
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, task), false, false);
+}
+LULL__OWN_NAME(deliver_task_ending, "lull_loopback delivery task",
+               lull_loopback, task);
+
+static void deliver_timer_ending(lull_timer *t) {
+    deliver(LULL_CONTAINER_OF(t, lull_loopback, timer), true, false);
+}
+LULL__OWN_NAME(deliver_timer_ending, "lull_loopback delivery timer",
+               lull_loopback, timer);
 
 /* The turn of a paused end. A pause holds back what the peer sent, its
  * close included, but not this end's own close after a send past
@@ -287,25 +345,49 @@ static void deliver_timer_paused(lull_timer *t) {
 LULL__OWN_NAME(deliver_timer_paused, "lull_loopback delivery timer",
                lull_loopback, timer);
 
-/* Pauses or resumes the end's deliveries. Its turn's callback says which:
- * a paused end's runs deliver_paused, so the frame path, whichever turn
- * claimed it and whenever the pause came (inside a frame callback too,
- * the next turn claimed after it), never tests the pause. Only here and
- * in end_init (not paused) is `paused` written. */
+/* Picks the end's turn callbacks by its state, so that the frame path,
+ * whichever turn claimed it and whenever the state changed (inside a frame
+ * callback too, the next turn claimed after it), tests none of it: a
+ * paused end's run deliver_paused; an end whose peer is open and has not
+ * shut down, with a frame callback, deliver (`talking`), which tests
+ * neither the sender nor the callback and does not look for an end behind
+ * the frame; any other, deliver with those tests. Called after every
+ * change of `paused`, `peer`, `eof` or the frame callback
+ * (lull__loopback_callbacks_set). */
+static void set_turn(lull_loopback *lb) {
+    if (lb->paused) {
+        lb->task.node.fn.task = deliver_task_paused;
+        lb->timer.node.fn.timer = deliver_timer_paused;
+    } else if (lb->peer && !lb->eof && lb->ep.on_frame) {
+        /* (no close pending, then) */
+        lb->task.node.fn.task = deliver_task;
+        lb->timer.node.fn.timer = deliver_timer;
+    } else {
+        lb->task.node.fn.task = deliver_task_ending;
+        lb->timer.node.fn.timer = deliver_timer_ending;
+    }
+}
+
+void lull__loopback_callbacks_set(lull_endpoint *ep) {
+    set_turn(end_of(ep));
+}
+
+/* Pauses or resumes the end's deliveries. Only here, in end_init (not
+ * paused) and in close_end (un-paused, its set_turn once the pair is
+ * detached) is `paused` written. */
 static void set_paused(lull_loopback *lb, bool paused) {
     lb->paused = paused;
-    lb->task.node.fn.task = paused ? deliver_task_paused : deliver_task;
-    lb->timer.node.fn.timer = paused ? deliver_timer_paused : deliver_timer;
+    set_turn(lb);
 }
 
 /* lull_endpoint_send runs lull__loopback_send itself; these entries serve
  * any other caller of the ops. */
 static void loopback_send_task(lull_endpoint *ep, lull_frame *frame) {
-    lull__loopback_send(end_of(ep), frame, false);
+    lull__loopback_send(end_of(ep), frame, LULL__CLAIM_TASK);
 }
 
 static void loopback_send_timer(lull_endpoint *ep, lull_frame *frame) {
-    lull__loopback_send(end_of(ep), frame, true);
+    lull__loopback_send(end_of(ep), frame, LULL__CLAIM_TIMER);
 }
 
 /* Closes a's half of the pair without running any callback: detaches the
@@ -341,7 +423,7 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     lull_timer_stop(&a->timer);
     a->close_pending = false;
     a->failing = false;
-    set_paused(a, false); /* its close callback is owed */
+    a->paused = false; /* its close callback is owed */
     a->eof = false;
     lull_frame *inbox = a->head;
     if (inbox) {
@@ -352,10 +434,12 @@ static lull_frame *close_end(lull_loopback *a, int reason, bool turn) {
     a->head = a->tail = a->discard = NULL;
     lull_loopback *b = a->peer;
     a->peer = NULL;
+    set_turn(a);
     if (b) {
         /* b's frames to a are in a's inbox, released by the caller: b owes
          * no drain and can send nothing more. */
         b->peer = NULL;
+        set_turn(b);
         lull__endpoint_peer_gone(&b->ep);
         b->close_pending = true;
         b->reason = reason;
@@ -405,6 +489,7 @@ static bool forgotten(const lull_loopback *lb) {
 
 static lull_frame *close_forgotten(lull_loopback *a) {
     lull_frame *inbox = a->head;
+    if (inbox) a->tail->next = NULL; /* a list for release_list */
     a->head = a->tail = NULL;
     set_paused(a, false);
     return inbox;
@@ -421,6 +506,7 @@ static void forget_pairs(lull_loop *loop) {
         lull_loopback *lb = (lull_loopback *)r->slots[i];
         if (!lb) continue;
         lb->peer = NULL;
+        set_turn(lb);
         lull__endpoint_peer_gone(&lb->ep);
     }
 }
@@ -481,6 +567,7 @@ int lull__loopback_shutdown(lull_endpoint *ep) {
     a->ep.flags |= LULL__EP_PEER_GONE; /* sends fail; queued still counts */
     lull_loopback *b = a->peer;
     b->eof = true;
+    set_turn(b);
     if (!b->head && !b->paused) claim_turn(b, b->deliver == LULL_DELIVER_TIMER);
     return 0;
 }
@@ -497,6 +584,8 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
                             ? &lull__loopback_timer_ops
                             : &lull__loopback_task_ops,
                         o->max_frame, o->high_water, o->max_queued);
+    if (o->deliver == LULL_DELIVER_TIMER && o->delay_ns)
+        lb->ep.flags |= LULL__EP_LOOPBACK_DELAYED;
     lull_task_init(&lb->task, deliver_task);
     lb->task.loop = loop; /* its only loop: sends post it as owned */
     lull_timer_init(loop, &lb->timer, deliver_timer);
@@ -515,6 +604,7 @@ static void end_init(lull_loop *loop, lull_loopback *lb, lull_loopback *peer,
     lb->delivered = 0;
     lb->turns = 0;
     lb->closed_flag = NULL; /* unused: the loop's `delivering` serves */
+    set_turn(lb);           /* no frame callback yet */
 }
 
 /* Puts both ends in the loop's set of live ends and the process's (which

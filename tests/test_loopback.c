@@ -227,6 +227,38 @@ TEST(frame_cascade_completes_before_next_frame) {
     }
 }
 
+/* The same when a frame reaches the end inside the callback, before the
+ * task is posted: the frame already queued behind (2) still lands after
+ * the task, by zero-delay timer as by task (C3: the same order). */
+static void send_then_post(side *s, int id) {
+    (void)s;
+    if (id != 1) return;
+    CHECK_EQ(send_id(g_a, 3), 0); /* a -> b, behind 2 */
+    lull_task_post(the_loop, &g_follow);
+}
+
+TEST(frame_cascade_completes_before_next_frame_sent_inside) {
+    for (int timer = 0; timer < 2; timer++) {
+        FOR_EACH_CLOCK(clk) {
+            lull_loop *loop = new_loop(clk);
+            lull_loopback_options o = {.deliver = timer ? LULL_DELIVER_TIMER
+                                                        : LULL_DELIVER_TASK};
+            side a, b;
+            pair_with(loop, &a, &b, &o);
+            g_a = &a;
+            g_b = &b;
+            lull_task_init(&g_follow, follow_up);
+            b.also = send_then_post;
+            CHECK_EQ(send_id(&a, 1), 0);
+            CHECK_EQ(send_id(&a, 2), 0);
+            run_ready(loop);
+            CHECK_TRACE(2001, 5, 2002, 2003);
+            close_both(&a, &b);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+    }
+}
+
 /* Claimed many times, a turn runs once: a task posted three times, a
  * zero-delay timer started twice, a delivery turn claimed by five sends
  * delivers five frames with one turn each, and never two at once. */
@@ -611,6 +643,83 @@ TEST(queued_frame_always_has_its_turn_claimed) {
         check_claimed(&b);
         CHECK_EQ(b.closes, 1);
         CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
+/* What the peer does inside the frame callback of the last frame queued
+ * to an end reaches that end in later turns, never inside the callback: a
+ * send; a shutdown (the end closes itself with 0), alone or after a send
+ * (the frame first); a close, alone or after a send (the frame, then the
+ * peer's reason); a send while the end paused itself in that callback,
+ * which arrives once it resumes there. A turn whose inbox held nothing
+ * behind its frame claims no turn after its callbacks: each of these
+ * claims the end's turn itself. By task and by zero-delay timer. */
+enum {
+    ACT_SEND,
+    ACT_SHUTDOWN,
+    ACT_SEND_SHUTDOWN,
+    ACT_CLOSE,
+    ACT_SEND_CLOSE,
+    ACT_SEND_PAUSED,
+    ACT_COUNT
+};
+static int g_peer_act;
+
+static bool act_sends(int act) {
+    return act != ACT_SHUTDOWN && act != ACT_CLOSE;
+}
+
+static void peer_acts_at_1(side *s, int id) {
+    if (id != 1) return;
+    side *peer = s == g_b ? g_a : g_b;
+    int act = g_peer_act;
+    if (act == ACT_SEND_PAUSED) CHECK_EQ(lull_endpoint_read_stop(&s->lb.ep), 0);
+    if (act_sends(act)) CHECK_EQ(send_id(peer, 2), 0);
+    if (act == ACT_SHUTDOWN || act == ACT_SEND_SHUTDOWN)
+        CHECK_EQ(lull_endpoint_shutdown(&peer->lb.ep), 0);
+    if (act == ACT_CLOSE || act == ACT_SEND_CLOSE) close_checked(peer, 7);
+    if (act == ACT_SEND_PAUSED)
+        CHECK_EQ(lull_endpoint_read_start(&s->lb.ep), 0);
+    CHECK_EQ(s->frames, 1); /* nothing arrived inside */
+}
+
+TEST(peer_acts_inside_the_last_frames_callback) {
+    for (int timer = 0; timer < 2; timer++) {
+        FOR_EACH_CLOCK(clk) {
+            for (int act = 0; act < ACT_COUNT; act++) {
+                lull_loop *loop = new_loop(clk);
+                side a, b;
+                lull_loopback_options o = {
+                    .deliver = timer ? LULL_DELIVER_TIMER : LULL_DELIVER_TASK};
+                pair_with(loop, &a, &b, &o);
+                g_a = &a;
+                g_b = &b;
+                g_peer_act = act;
+                b.also = peer_acts_at_1;
+                CHECK_EQ(send_id(&a, 1), 0);
+                run_ready(loop);
+                int sent = act_sends(act) ? 1 : 0;
+                CHECK_EQ(b.frames, 1 + sent);
+                CHECK_EQ(b.max_depth, 1);
+                CHECK_EQ(check_trace_find(2001), 0);
+                if (sent) CHECK_EQ(check_trace_find(2002), 1);
+                if (act == ACT_SEND || act == ACT_SEND_PAUSED) {
+                    CHECK_EQ(check_trace_len(), 2);
+                    CHECK_EQ(b.closes, 0);
+                    close_both(&a, &b);
+                } else {
+                    /* Both close callbacks, after the frames. */
+                    int want =
+                        act == ACT_CLOSE || act == ACT_SEND_CLOSE ? 7 : 0;
+                    CHECK_EQ(check_trace_len(), 1 + sent + 2);
+                    CHECK_EQ(b.closes, 1);
+                    CHECK_EQ(b.reason, want);
+                    CHECK_EQ(a.closes, 1);
+                    CHECK_EQ(a.reason, want);
+                }
+                CHECK_EQ(lull_loop_free(loop), 0);
+            }
+        }
     }
 }
 
@@ -2120,6 +2229,57 @@ TEST(max_queued_inside_a_callback_and_local_close) {
     }
 }
 
+/* The frame callback may be changed between frames and from inside one:
+ * without one, frames are still handed over and released, and counted
+ * delivered; set again, the next frame reaches it. A callback that
+ * clears itself with a frame queued behind its own gets no more frames,
+ * and one that a send to an empty inbox set finds the frame. By task and
+ * by zero-delay timer. */
+static void clear_own_callback(side *s, int id) {
+    (void)id;
+    lull_endpoint_set_callbacks(&s->lb.ep, NULL, on_drain, on_close);
+}
+
+TEST(frame_callback_changed_between_and_inside_frames) {
+    for (int timer = 0; timer < 2; timer++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+        lull_loopback_options o = {.deliver = timer ? LULL_DELIVER_TIMER
+                                                    : LULL_DELIVER_TASK};
+        side a, b;
+        pair_with(loop, &a, &b, &o);
+        owned f[3];
+        for (int i = 0; i < 3; i++)
+            owned_init(&f[i], i + 1);
+        lull_endpoint_set_callbacks(&b.lb.ep, NULL, on_drain, on_close);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(f[0].releases, 1); /* handed over to nobody */
+        CHECK_U64_EQ(b.lb.delivered, 1);
+        CHECK_EQ(b.frames, 0);
+        lull_endpoint_set_callbacks(&b.lb.ep, on_frame, on_drain, on_close);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[1].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 1);
+        /* Cleared inside the callback of 1, with 2 and 3 behind it. */
+        b.also = clear_own_callback;
+        for (int i = 0; i < 3; i++)
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 2);
+        CHECK_U64_EQ(b.lb.delivered, 5);
+        CHECK_EQ(f[0].releases + f[1].releases + f[2].releases, 5);
+        /* Cleared, then set from a task while a frame waits for its turn. */
+        b.also = NULL;
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        lull_endpoint_set_callbacks(&b.lb.ep, on_frame, on_drain, on_close);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 3);
+        CHECK_TRACE(2002, 2001, 2001);
+        close_both(&a, &b);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
+}
+
 /* The endpoint's data pointer is the user's: lull_loopback_pair keeps it,
  * and protocol code that sees only the endpoint reaches its object. */
 TEST(endpoint_data_survives_pairing) {
@@ -2438,6 +2598,46 @@ TEST(close_after_its_loop_was_freed_touches_no_loop) {
     CHECK_EQ(lull_loop_settle(loop), 2);
     CHECK_EQ(a.closes + b.closes, 2);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A send leaves a frame's link as it was: a loopback inbox ends at its
+ * tail. Frames sent together (each linked to the next), delivered, then
+ * one sent again alone, the last of a paused end's inbox, and that inbox
+ * closed: in a local close, and in the close of an end whose loop forgot
+ * it, exactly that frame comes back, once. */
+TEST(closed_inbox_releases_its_frames_whatever_their_old_links) {
+    for (int forgotten = 0; forgotten < 2; forgotten++) {
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+        side a, b;
+        pair_with(loop, &a, &b, NULL);
+        owned f[3];
+        for (int i = 0; i < 3; i++) {
+            owned_init(&f[i], i + 1);
+            CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[i].frame), 0);
+        }
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 3);
+        /* f[0] was linked to f[1]: now alone in a paused end's inbox. */
+        CHECK_EQ(lull_endpoint_read_stop(&b.lb.ep), 0);
+        CHECK_EQ(lull_endpoint_send(&a.lb.ep, &f[0].frame), 0);
+        CHECK(lull_loop_settle(loop) >= 0);
+        CHECK_EQ(b.frames, 3);
+        if (forgotten) {
+            CHECK_EQ(lull_loop_free(loop), 0); /* the pair left open */
+            CHECK_EQ(lull_endpoint_close(&b.lb.ep, 0), 0);
+            CHECK_EQ(lull_endpoint_close(&a.lb.ep, 0), 0);
+        } else {
+            close_checked(&b, 0);
+            CHECK_EQ(f[0].releases, 2); /* at once, in the close */
+            close_checked(&a, 0);
+            CHECK(lull_loop_settle(loop) >= 0);
+            CHECK_EQ(a.closes + b.closes, 2);
+            CHECK_EQ(lull_loop_free(loop), 0);
+        }
+        CHECK_EQ(f[0].releases, 2);
+        CHECK_EQ(f[1].releases, 1);
+        CHECK_EQ(f[2].releases, 1);
+    }
 }
 
 /* A pair left open at lull_loop_free: one end, a, paired again on a new
