@@ -152,14 +152,6 @@ __attribute__((noinline)) static int send_other(lull_endpoint *ep,
     return send_checked(ep, frame);
 }
 
-/* ep->flags read again, for the second compare of lull_endpoint_send:
- * left to itself the compiler keeps the first read in a register for it,
- * one instruction more on the task delivery's path than comparing the
- * field in memory there. */
-static inline uint32_t flags_reread(const lull_endpoint *ep) {
-    return *(const volatile uint32_t *)&ep->flags;
-}
-
 int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
     /* One test for every refusal of the frame, so a send costs a few
      * compares. */
@@ -176,8 +168,7 @@ int lull_endpoint_send(lull_endpoint *ep, lull_frame *frame) {
         /* One compare more tells a loopback end by zero-delay timer, open,
          * its peer open, unbounded (LULL__EP_LOOPBACK_TIMER alone): its
          * round trip is measured beside the task's. */
-        if (flags_reread(ep) != LULL__EP_LOOPBACK_TIMER)
-            return send_other(ep, frame);
+        if (ep->flags != LULL__EP_LOOPBACK_TIMER) return send_other(ep, frame);
         LULL_ASSERT(ep->ops == &lull__loopback_timer_ops,
                     "lull: a loopback end's state bits are not its "
                     "delivery's");
