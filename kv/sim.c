@@ -1203,7 +1203,8 @@ static void sim_accept(lull_simserver *ls) {
  * the failure, said as it was logged (a malformed record names its
  * offset), not what it led to. */
 static const char *const never_logged[] = {
-    "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit"};
+    "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit",
+    "protocol error"};
 
 /* A replica that asked to resume where the primary's log still holds
  * (its history, an offset between the log's base and end) must get
@@ -2813,7 +2814,7 @@ static void reader_timer(lull_timer *t) {
     int n = sprintf(req, "*%d\r\n$4\r\nMGET\r\n", 1 + 2 * S->nclients);
     for (int i = 1; i <= S->nclients; i++)
         for (char ab = 'a'; ab <= 'b'; ab++)
-            n += sprintf(req + n, "$%d\r\nc%d:p%c\r\n", i < 10 ? 4 : 5, i, ab);
+            n += sprintf(req + n, "$%d\r\nc%d:p%c\r\n", i < 10 ? 5 : 6, i, ab);
     if (lull_endpoint_send_copy(&rd->c.ep, req, (size_t)n) == 0)
         rd->waiting = true;
 }
@@ -3923,6 +3924,7 @@ typedef struct outcome {
     uint64_t multis, lost, continues, fulls, expired, restarts;
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
     uint64_t probes; /* the prober's SETs read back early and late */
+    uint64_t reads;  /* the atomicity reader's MGETs checked */
     uint64_t bigs, same_len, hangups;
     uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
     uint64_t keys_checked, kwalks, pushes, flushes; /* `extra`'s */
@@ -4102,6 +4104,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->restarts = S->restarts;
     out->expired = S->old_expired + S->nodes[0].srv.expiry.fired;
     out->probes = S->probe.probes;
+    out->reads = S->rd.reads;
     out->scans = S->scans;
     out->scan_parts = S->scan_parts;
     out->keys_checked = S->keys_checked;
@@ -4750,6 +4753,7 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
+    uint64_t reads = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
     uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0, pushes = 0;
     uint64_t flushes = 0;
@@ -4776,6 +4780,7 @@ int main(int argc, char **argv) {
         restarts += o.restarts;
         expired += o.expired;
         probes += o.probes;
+        reads += o.reads;
         bigs += o.bigs;
         same_len += o.same_len;
         hangups += o.hangups;
@@ -4835,8 +4840,9 @@ int main(int argc, char **argv) {
            " replica links closed for their output, %" PRIu64
            " replica resumes from an offset, %" PRIu64 " full syncs (%" PRIu64
            " primaries restarted), %" PRIu64 " expiry timer runs, %" PRIu64
-           " expiry probes; %" PRIu64 " big values set (%" PRIu64
-           " over one of equal length), %" PRIu64 " clients hung up; %" PRIu64
+           " expiry probes, %" PRIu64 " atomicity reads of replicas; %" PRIu64
+           " big values set (%" PRIu64 " over one of equal length), %" PRIu64
+           " clients hung up; %" PRIu64
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
            " steps with a cursor to go on); %" PRIu64 " KEYS and %" PRIu64
            " SCAN MATCH walks checked, %" PRIu64
@@ -4844,7 +4850,7 @@ int main(int argc, char **argv) {
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           restarts, expired, probes, bigs, same_len, hangups, scans,
+           restarts, expired, probes, reads, bigs, same_len, hangups, scans,
            scan_parts, keys_checked, kwalks, pushes, flushes);
     if (streams_mode) {
         printf("streams: ");
