@@ -34,7 +34,11 @@
  * COUNT walks of a client's keys, HSCAN (for half the HGETALLs), run
  * pub/sub on the primary and on a replica (ps_start), and in half of
  * those FLUSHALL or FLUSHDB once the clients are done, so the replicas
- * must end empty too.
+ * must end empty too. Half the seeds (`grow`) also run the bulk writer
+ * (bulk_start): a list, a set, a hash and a sorted set kept at and across
+ * a snapshot's batch edges, and one replica that starts late, from a
+ * snapshot of them (the clients' own collections rarely outlive their
+ * other commands long enough to meet a snapshot).
  *
  * Checked, per seed (docs/SIMULATION.md has what this proves and what
  * it cannot see):
@@ -273,6 +277,32 @@ typedef struct prober {
     int64_t now_ms;  /* the same-ms batch's instant */
 } prober;
 
+/* The bulk writer (seeds with `grow`): on a clean link to the primary, a
+ * list, a set, a hash and a sorted set (big:l, big:s, big:h, big:z, which
+ * nothing else writes) built to sizes at a snapshot's batch edges
+ * (SNAP_BATCH items a record: 127 to 129, 255 to 257, 383 to 385) or
+ * anywhere up to 600, then stepped an item over and back across them
+ * while the clients run, so that a full resync's snapshot meets each kind
+ * of collection whole batches and one past. The clients' own collections
+ * rarely are (their other commands overwrite them), so a snapshot's
+ * batching went untried in most seeds. Each holds items lo..hi-1 (i<n>,
+ * m<n>, field f<n> = v<n>, m<n> scored n % 13 - 6), and each reply must
+ * be the count or item that gives. One command at a time. */
+#define BULK_TYPES 4
+#define BULK_STEPS 400 /* steps at most (the watchdog's budget) */
+typedef struct bulker {
+    lull_simconn c;
+    lull_timer timer;
+    buf in;
+    uint64_t rng;
+    bool live, up, closing;
+    int type; /* the command in flight's collection */
+    int lo[BULK_TYPES], hi[BULK_TYPES], target[BULK_TYPES];
+    char want[32]; /* the reply it must get */
+    int steps;
+    uint64_t checked; /* replies checked */
+} bulker;
+
 typedef struct client {
     sim *S;
     int id;
@@ -455,6 +485,15 @@ struct sim {
     uint64_t kwalks;       /* SCAN MATCH walks checked whole */
     uint64_t pushes;       /* pub/sub messages checked */
     uint64_t flushes;      /* FLUSHALLs */
+    /* Half the seeds (drawn apart, from their own stream): the bulk
+     * writer, a log of small chunks that trims, and one replica (`late`)
+     * that starts when the collections are built, so its first sync is
+     * from a snapshot of them. */
+    bool grow;
+    bulker bk;
+    int late; /* the replica that starts late; 0: none */
+    bool late_started;
+    lull_timer late_t;
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
@@ -1129,7 +1168,8 @@ static void streams_accept(node *n, lull_simconn_options *o) {
      * connection would be no bug. */
     bool clean = (sscanf(r->sc.peer, "c%d:", &id) == 1 && id >= 1 &&
                   id <= S->nclients && S->clients[id - 1].clean) ||
-                 strncmp(r->sc.peer, "ps", 2) == 0;
+                 strncmp(r->sc.peer, "ps", 2) == 0 ||
+                 strncmp(r->sc.peer, "bulk", 4) == 0;
     if (relay_pair(S, r, name, clean, fds) < 0) {
         lull_endpoint_close(&r->sc.ep, -ECONNRESET);
         return;
@@ -1372,6 +1412,7 @@ static void client_pump(client *cl);
 static void client_connect(client *cl);
 static void probe_stop(sim *S);
 static void reader_stop(sim *S);
+static void bulk_stop(sim *S);
 static void ps_flush_maybe(sim *S);
 
 static void finished(client *cl) {
@@ -1381,6 +1422,7 @@ static void finished(client *cl) {
     if (S->active == 1) {
         probe_stop(S);
         reader_stop(S);
+        bulk_stop(S);
     }
     if (--S->active == 0 && !S->healed && !S->tearing_down) {
         S->healed = true;
@@ -2797,6 +2839,176 @@ static void probe_stop(sim *S) {
     lull_endpoint_close(&pr->c.ep, 0);
 }
 
+/* ------------------------------------------------------------ bulk */
+
+static const char bulk_keys[BULK_TYPES] = {'l', 's', 'h', 'z'};
+
+/* A size at or next to a batch edge, or any from past one batch to 600. */
+static int bulk_size(bulker *b) {
+    uint64_t x = rnd(&b->rng) % 12;
+    if (x < 9) return (int)(x / 3 + 1) * 128 - 1 + (int)(x % 3);
+    return 129 + (int)(rnd(&b->rng) % 472);
+}
+
+/* Items [from, to) of collection t added: RPUSH, SADD, HSET or ZADD. */
+static int bulk_add(bulker *b, int t, int from, int to, char *req, size_t cap) {
+    static const char *const cmd[BULK_TYPES] = {"RPUSH", "SADD", "HSET",
+                                                "ZADD"};
+    int per = t >= 2 ? 2 : 1, n = to - from;
+    int w = snprintf(req, cap, "*%d\r\n$%zu\r\n%s\r\n$5\r\nbig:%c\r\n",
+                     2 + per * n, strlen(cmd[t]), cmd[t], bulk_keys[t]);
+    for (int i = from; i < to; i++) {
+        char a[16], m[16];
+        if (t == 3)
+            snprintf(a, sizeof a, "%d", i % 13 - 6);
+        else if (t == 2)
+            snprintf(a, sizeof a, "f%d", i);
+        snprintf(m, sizeof m, "%c%d", t == 0 ? 'i' : t == 2 ? 'v' : 'm', i);
+        if (per == 2)
+            w += snprintf(req + w, cap - (size_t)w, "$%zu\r\n%s\r\n", strlen(a),
+                          a);
+        w += snprintf(req + w, cap - (size_t)w, "$%zu\r\n%s\r\n", strlen(m), m);
+    }
+    snprintf(b->want, sizeof b->want, ":%d\r\n", t == 0 ? to - b->lo[t] : n);
+    return w;
+}
+
+/* While building: the next 64 items of the first collection short of
+ * its size, sent; false when all are built. */
+static bool bulk_build(sim *S) {
+    bulker *b = &S->bk;
+    static char req[4096];
+    int t = 0;
+    while (t < BULK_TYPES && b->hi[t] >= b->target[t])
+        t++;
+    if (t == BULK_TYPES) return false;
+    int to = b->hi[t] + 64 < b->target[t] ? b->hi[t] + 64 : b->target[t];
+    int w = bulk_add(b, t, b->hi[t], to, req, sizeof req);
+    b->hi[t] = to;
+    b->type = t;
+    if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+        fail(S, "bulk: a send was refused");
+    return true;
+}
+
+/* Built: an item added at the end of one collection, or its first taken,
+ * towards its target (redrawn now and then): a size steps over its edge
+ * and back. */
+static void bulk_step(sim *S) {
+    bulker *b = &S->bk;
+    static const char *const del[BULK_TYPES] = {"LPOP", "SREM", "HDEL", "ZREM"};
+    char req[256];
+    int w, t = (int)(rnd(&b->rng) % BULK_TYPES);
+    b->steps++;
+    if (rnd(&b->rng) % 16 == 0) b->target[t] = bulk_size(b);
+    if (b->hi[t] - b->lo[t] <= b->target[t]) {
+        w = bulk_add(b, t, b->hi[t], b->hi[t] + 1, req, sizeof req);
+        b->hi[t]++;
+    } else {
+        char m[16];
+        char kind = "imfm"[t];
+        int ml = snprintf(m, sizeof m, "%c%d", kind, b->lo[t]);
+        w = t == 0 ? snprintf(req, sizeof req,
+                              "*2\r\n$4\r\nLPOP\r\n$5\r\nbig:l\r\n")
+                   : snprintf(req, sizeof req,
+                              "*3\r\n$4\r\n%s\r\n$5\r\nbig:%c\r\n$%d\r\n%s\r\n",
+                              del[t], bulk_keys[t], ml, m);
+        if (t == 0)
+            snprintf(b->want, sizeof b->want, "$%d\r\n%s\r\n", ml, m);
+        else
+            snprintf(b->want, sizeof b->want, ":1\r\n");
+        b->lo[t]++;
+    }
+    b->type = t;
+    if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+        fail(S, "bulk: a send was refused");
+}
+
+/* After a reply (or the connect): the build's next command, or a step
+ * later. */
+static void bulk_after(sim *S) {
+    bulker *b = &S->bk;
+    if (b->closing || bulk_build(S)) return;
+    if (b->steps < BULK_STEPS)
+        lull_timer_start(&b->timer, MS + rnd(&b->rng) % (20 * MS), 0);
+}
+
+static void bulk_timer(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, bk.timer);
+    if (S->bk.up && !S->bk.closing) bulk_step(S);
+}
+
+static void bulk_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    sim *S = ep->data;
+    bulker *b = &S->bk;
+    buf_put(&b->in, bytes, len);
+    long n;
+    while ((n = model_reply_len(b->in.p, b->in.len)) > 0 && !S->failed) {
+        if ((size_t)n != strlen(b->want) ||
+            memcmp(b->in.p, b->want, (size_t)n) != 0) {
+            char got[64];
+            fail(S, "bulk: big:%c (items %d to %d) got %s, not %.*s",
+                 bulk_keys[b->type], b->lo[b->type], b->hi[b->type] - 1,
+                 oneline(b->in.p, (size_t)n, got, sizeof got),
+                 (int)strlen(b->want) - 2, b->want);
+            return;
+        }
+        b->checked++;
+        buf_consume(&b->in, (size_t)n);
+        bulk_after(S);
+    }
+}
+
+static void bulk_closed(lull_endpoint *ep, int reason) {
+    sim *S = ep->data;
+    bulker *b = &S->bk;
+    b->up = b->live = false;
+    lull_timer_stop(&b->timer);
+    if (!b->closing && !S->tearing_down)
+        fail(S, "bulk: its clean link closed (%s)", lull_err_name(reason));
+}
+
+static void bulk_connected(lull_simconn *c, int status) {
+    sim *S = c->ep.data;
+    if (status < 0) return; /* bulk_closed says it */
+    S->bk.up = true;
+    bulk_after(S);
+}
+
+static void bulk_start(sim *S) {
+    bulker *b = &S->bk;
+    lull_timer_init(S->loop, &b->timer, bulk_timer);
+    for (int t = 0; t < BULK_TYPES; t++)
+        b->target[t] = bulk_size(b);
+    static const lull_simfaults clean;
+    lull_simconn_options o = {
+        .flags = LULL_SIMCONN_RAW, .name = "bulk", .faults = &clean};
+    b->c.ep.data = S;
+    if (lull_simconn_connect(S->net, &b->c, "primary", &o, bulk_connected) <
+        0) {
+        fail(S, "bulk: connect refused");
+        return;
+    }
+    b->live = true;
+    lull_endpoint_set_callbacks(&b->c.ep, bulk_frame, NULL, bulk_closed);
+}
+
+static void bulk_stop(sim *S) {
+    bulker *b = &S->bk;
+    if (!S->grow || b->closing) return;
+    b->closing = true;
+    lull_timer_stop(&b->timer);
+    if (b->live) lull_endpoint_close(&b->c.ep, 0);
+}
+
+/* The late replica's start: the collections built, the log trimmed. */
+static void late_start(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, late_t);
+    S->late_started = true;
+    lull_simnet_log(S->net, "replica%d starts", S->late);
+    server_start(&S->nodes[S->late].srv);
+}
+
 /* ------------------------------------------------------------ reader */
 
 static void reader_connect(sim *S);
@@ -3925,6 +4137,7 @@ typedef struct outcome {
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
     uint64_t probes; /* the prober's SETs read back early and late */
     uint64_t reads;  /* the atomicity reader's MGETs checked */
+    uint64_t bulks;  /* the bulk writer's replies checked */
     uint64_t bigs, same_len, hangups;
     uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
     uint64_t keys_checked, kwalks, pushes, flushes; /* `extra`'s */
@@ -4012,6 +4225,16 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     }
     if (!S->no_faults && rnd(&bs) % 2 == 0)
         S->hangup = 10 + (uint32_t)(rnd(&bs) % 40);
+    /* Drawn apart too. A grown seed's log comes in chunks of 256 bytes to
+     * 2 KiB, if not small already, so that the late replica's first sync
+     * is from a snapshot. */
+    uint64_t gs = seed ^ 0x67726f7720626967ull;
+    S->grow = !S->no_faults && rnd(&gs) % 2 == 0;
+    if (S->grow) {
+        S->bk.rng = rnd(&gs);
+        if (!S->chunk_size) S->chunk_size = 256 + rnd(&gs) % 1792;
+        S->late = 1 + (int)(rnd(&gs) % (uint64_t)S->nreplicas);
+    }
     /* The long fault-free run crosses a chunk edge every hundred or so
      * records: tens of thousands in 1,000,000 commands. */
     if (S->no_faults) S->chunk_size = 4096;
@@ -4054,7 +4277,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     lull_timer_init(S->loop, &S->deadline, deadline_due);
     if (!S->no_faults) lull_timer_start(&S->deadline, WORKLOAD_NS, 0);
     for (int i = 0; i <= S->nreplicas; i++)
-        server_start(&S->nodes[i].srv);
+        if (i != S->late) server_start(&S->nodes[i].srv);
+    if (S->late) {
+        lull_timer_init(S->loop, &S->late_t, late_start);
+        lull_timer_start(&S->late_t, 20 * MS + rnd(&gs) % (300 * MS), 0);
+    }
     int64_t per_client =
         determinism > 0 ? (determinism + S->nclients - 1) / S->nclients : 0;
     S->active = S->nclients;
@@ -4083,6 +4310,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->event_budget =
         event_budget_flag ? event_budget_flag : EVENTS_PER_COMMAND * planned;
     probe_start(S);
+    if (S->grow) {
+        bulk_start(S);
+        if (!event_budget_flag)
+            S->event_budget += EVENTS_PER_COMMAND * (BULK_STEPS + 40);
+    }
     S->rd.replica = 1 + (int)below(r, (uint64_t)S->nreplicas);
     lull_timer_init(S->loop, &S->rd.timer, reader_timer);
     lull_timer_start(&S->rd.timer, below(r, 20 * MS), 0);
@@ -4105,6 +4337,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->expired = S->old_expired + S->nodes[0].srv.expiry.fired;
     out->probes = S->probe.probes;
     out->reads = S->rd.reads;
+    out->bulks = S->bk.checked;
     out->scans = S->scans;
     out->scan_parts = S->scan_parts;
     out->keys_checked = S->keys_checked;
@@ -4123,6 +4356,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->tearing_down = true;
     probe_stop(S);
     reader_stop(S);
+    bulk_stop(S);
+    if (S->late && !S->late_started) { /* a seed that failed early */
+        lull_timer_stop(&S->late_t);
+        server_start(&S->nodes[S->late].srv);
+    }
     for (int i = 0; i < S->nps; i++)
         if (S->ps[i].phase != 5) ps_close(&S->ps[i]);
     for (int i = 0; i < S->nclients; i++) {
@@ -4168,6 +4406,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     for (int i = 0; i < S->nclients; i++)
         buf_free(&S->clients[i].in);
     buf_free(&S->probe.in);
+    buf_free(&S->bk.in);
     buf_free(&S->rd.in);
     for (int i = 0; i < S->nps; i++)
         for (int c = 0; c < 3; c++)
@@ -4753,7 +4992,7 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
-    uint64_t reads = 0;
+    uint64_t reads = 0, bulks = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
     uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0, pushes = 0;
     uint64_t flushes = 0;
@@ -4781,6 +5020,7 @@ int main(int argc, char **argv) {
         expired += o.expired;
         probes += o.probes;
         reads += o.reads;
+        bulks += o.bulks;
         bigs += o.bigs;
         same_len += o.same_len;
         hangups += o.hangups;
@@ -4840,7 +5080,8 @@ int main(int argc, char **argv) {
            " replica links closed for their output, %" PRIu64
            " replica resumes from an offset, %" PRIu64 " full syncs (%" PRIu64
            " primaries restarted), %" PRIu64 " expiry timer runs, %" PRIu64
-           " expiry probes, %" PRIu64 " atomicity reads of replicas; %" PRIu64
+           " expiry probes, %" PRIu64 " atomicity reads of replicas, %" PRIu64
+           " bulk writes to large collections; %" PRIu64
            " big values set (%" PRIu64 " over one of equal length), %" PRIu64
            " clients hung up; %" PRIu64
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
@@ -4850,8 +5091,8 @@ int main(int argc, char **argv) {
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           restarts, expired, probes, reads, bigs, same_len, hangups, scans,
-           scan_parts, keys_checked, kwalks, pushes, flushes);
+           restarts, expired, probes, reads, bulks, bigs, same_len, hangups,
+           scans, scan_parts, keys_checked, kwalks, pushes, flushes);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)
