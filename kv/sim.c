@@ -329,6 +329,9 @@ typedef struct client {
     int ttl_px;
     unsigned ttl_seq;
     unsigned tags; /* transactions that wrote the atomicity pair */
+    /* The key + 1 of an LREM just made, whose whole list the client's
+     * next command reads (LRANGE k 0 -1); 0: none. */
+    int lrem_read;
     bool quitting; /* QUIT sent (--streams): nothing more on this link */
     /* --streams: every link of this client is clean, no fault that ends a
      * connection on it (the network's resets, breaks and refusals; the
@@ -1558,6 +1561,20 @@ static void big_value(client *cl, model_cmd *c, int *key) {
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
+    /* After an LREM, its list read whole (not in --determinism, whose
+     * draws stay as they were): which copies an LREM removed shows in a
+     * long list's middle, which the ends LRANGE and LPOP read rarely
+     * reach before the list is overwritten. */
+    if (cl->lrem_read) {
+        memset(c, 0, sizeof *c);
+        *key = *key2 = cl->lrem_read - 1;
+        cl->lrem_read = 0;
+        c->op = OP_LRANGE;
+        c->i2 = -1;
+        snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+        snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key);
+        return;
+    }
     int k = (int)below(r, KEYS);
     *key = k;
     memset(c, 0, sizeof *c);
@@ -1775,6 +1792,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         mk->n == 1 && mk->c[0].expire > ms_now(S) &&
         mk->c[0].expire == mk->c[0].expire_hi)
         c->at = mk->c[0].expire;
+    if (c->op == OP_LREM && !S->no_faults) cl->lrem_read = 1 + *key;
 }
 
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
