@@ -71,6 +71,10 @@
  *     its window, and none it says is gone throughout (key by key); a
  *     SCAN MATCH walk names only keys there at some instant since its
  *     first step, and by cursor 0 every one there at every reply since;
+ *   - the bulk writer's (`grow`): each reply is the count or item its
+ *     collections give, and its SSCAN, HSCAN and ZSCAN walks of them
+ *     (nothing else walks a hash past 128) name only what is there, 128
+ *     or fewer whole (a sorted set's in order), and all by cursor 0;
  *   - each PUBLISH answers how many got it; each subscriber gets, byte
  *     for byte and in order, every message of its channels and patterns
  *     published on its node, once, and nothing else (after UNSUBSCRIBE
@@ -287,7 +291,8 @@ typedef struct prober {
  * rarely are (their other commands overwrite them), so a snapshot's
  * batching went untried in most seeds. Each holds items lo..hi-1 (i<n>,
  * m<n>, field f<n> = v<n>, m<n> scored n % 13 - 6), and each reply must
- * be the count or item that gives. One command at a time. */
+ * be the count or item that gives; now and then a step is a walk of one
+ * by its SCAN (bulk_scan_reply). One command at a time. */
 #define BULK_TYPES 4
 #define BULK_STEPS 400 /* steps at most (the watchdog's budget) */
 typedef struct bulker {
@@ -301,6 +306,15 @@ typedef struct bulker {
     char want[32]; /* the reply it must get */
     int steps;
     uint64_t checked; /* replies checked */
+    /* A walk of big:s, big:h or big:z (scan > 0: its type) by SSCAN,
+     * HSCAN or ZSCAN, nothing written meanwhile: each step names only
+     * items there (a hash's with its value, a sorted set's with its
+     * score), a collection of SCAN_WHOLE or fewer comes whole at once
+     * (a sorted set's in its order), and by cursor 0 every item came. */
+    int scan;
+    uint64_t cursor;
+    unsigned char *seen; /* per item lo..hi-1 */
+    uint64_t walks;      /* walks checked whole */
 } bulker;
 
 typedef struct client {
@@ -2909,6 +2923,124 @@ static bool bulk_build(sim *S) {
     return true;
 }
 
+/* The walk's next step: SSCAN, HSCAN or ZSCAN big:<t> cursor COUNT 1-40. */
+static void bulk_scan_send(sim *S) {
+    bulker *b = &S->bk;
+    static const char *const cmd[BULK_TYPES] = {NULL, "SSCAN", "HSCAN",
+                                                "ZSCAN"};
+    char req[160], cur[24], cnt[8];
+    int cl = snprintf(cur, sizeof cur, "%" PRIu64, b->cursor);
+    int nl = snprintf(cnt, sizeof cnt, "%d", 1 + (int)(rnd(&b->rng) % 40));
+    int w = snprintf(req, sizeof req,
+                     "*5\r\n$5\r\n%s\r\n$5\r\nbig:%c\r\n$%d\r\n%s\r\n"
+                     "$5\r\nCOUNT\r\n$%d\r\n%s\r\n",
+                     cmd[b->scan], bulk_keys[b->scan], cl, cur, nl, cnt);
+    b->type = b->scan;
+    if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+        fail(S, "bulk: a send was refused");
+}
+
+/* A bulk string of r at *at (its bytes and length), or NULL. */
+static const char *bulk_str(const char *r, size_t len, size_t *at, size_t *n) {
+    long el = model_reply_len(r + *at, len - *at);
+    unsigned long long v;
+    int hl;
+    if (el <= 0 || r[*at] != '$' ||
+        sscanf(r + *at, "$%llu\r\n%n", &v, &hl) != 1)
+        return NULL;
+    const char *p = r + *at + hl;
+    *n = (size_t)v;
+    *at += (size_t)el;
+    return p;
+}
+
+/* An item's number from its name (<c><n>), or -1. */
+static long bulk_item(const char *p, size_t n, char c) {
+    if (n < 2 || n > 10 || p[0] != c) return -1;
+    long v = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
+/* A step's reply, against what the collection holds: false (and the
+ * seed failed) when it names what is not there, leaves out a small
+ * collection's item, or (cursor 0) any item. */
+static bool bulk_scan_reply(sim *S, const char *r, size_t len) {
+    bulker *b = &S->bk;
+    int t = b->scan, per = t == 1 ? 1 : 2;
+    long lo = b->lo[t], hi = b->hi[t], size = hi - lo;
+    size_t at = 0, n;
+    long long k;
+    int hl;
+    const char *cur = NULL;
+    char why[160] = "";
+    if (len < 4 || memcmp(r, "*2\r\n", 4) != 0) goto bad;
+    at = 4;
+    if (!(cur = bulk_str(r, len, &at, &n)) || n > 20) goto bad;
+    char num[24];
+    memcpy(num, cur, n);
+    num[n] = 0;
+    b->cursor = strtoull(num, NULL, 10);
+    if (at >= len || sscanf(r + at, "*%lld\r\n%n", &k, &hl) != 1 ||
+        k % per != 0)
+        goto bad;
+    at += (size_t)hl;
+    long prev = -1;
+    for (long long j = 0; j < k; j += per) {
+        const char *m = bulk_str(r, len, &at, &n);
+        long i = m ? bulk_item(m, n, t == 2 ? 'f' : 'm') : -1;
+        if (i < lo || i >= hi) {
+            snprintf(why, sizeof why, "%.*s, not there",
+                     m ? (int)(n < 20 ? n : 20) : 1, m ? m : "?");
+            break;
+        }
+        if (per == 2) {
+            char want[16];
+            const char *v = bulk_str(r, len, &at, &n);
+            int wl = t == 2 ? snprintf(want, sizeof want, "v%ld", i)
+                            : snprintf(want, sizeof want, "%ld", i % 13 - 6);
+            if (!v || n != (size_t)wl || memcmp(v, want, n) != 0) {
+                snprintf(why, sizeof why, "%c%ld with %.*s, not %s",
+                         t == 2 ? 'f' : 'm', i, v ? (int)(n < 20 ? n : 20) : 1,
+                         v ? v : "?", want);
+                break;
+            }
+        }
+        /* A small sorted set comes in its order: score, then name. */
+        if (t == 3 && size <= 128 && prev >= 0) {
+            long ps = prev % 13 - 6, s = i % 13 - 6;
+            char a[16], c[16];
+            snprintf(a, sizeof a, "m%ld", prev);
+            snprintf(c, sizeof c, "m%ld", i);
+            if (ps > s || (ps == s && strcmp(a, c) >= 0)) {
+                snprintf(why, sizeof why, "m%ld after m%ld: out of order", i,
+                         prev);
+                break;
+            }
+        }
+        prev = i;
+        b->seen[i - lo] = 1;
+    }
+    if (!why[0] && size <= 128 && (b->cursor != 0 || k != per * size))
+        snprintf(why, sizeof why,
+                 "cursor %" PRIu64 " with %lld of %ld items: not whole",
+                 b->cursor, k / per, size);
+    for (long i = lo; !why[0] && b->cursor == 0 && i < hi; i++)
+        if (!b->seen[i - lo])
+            snprintf(why, sizeof why, "cursor 0, never named %c%ld",
+                     t == 2 ? 'f' : 'm', i);
+    if (!why[0]) return true;
+bad:
+    if (!why[0]) snprintf(why, sizeof why, "not a SCAN reply");
+    char got[64];
+    fail(S, "bulk: a SCAN step of big:%c (%ld items) got %s: %s", bulk_keys[t],
+         size, oneline(r, len, got, sizeof got), why);
+    return false;
+}
+
 /* Built: an item added at the end of one collection, or its first taken,
  * towards its target (redrawn now and then): a size steps over its edge
  * and back. */
@@ -2918,6 +3050,15 @@ static void bulk_step(sim *S) {
     char req[256];
     int w, t = (int)(rnd(&b->rng) % BULK_TYPES);
     b->steps++;
+    if (t > 0 && rnd(&b->rng) % 4 == 0) { /* a walk, not a write */
+        b->scan = t;
+        b->cursor = 0;
+        free(b->seen);
+        b->seen = calloc((size_t)(b->hi[t] - b->lo[t]) + 1, 1);
+        if (!b->seen) abort();
+        bulk_scan_send(S);
+        return;
+    }
     if (rnd(&b->rng) % 16 == 0) b->target[t] = bulk_size(b);
     if (b->hi[t] - b->lo[t] <= b->target[t]) {
         w = bulk_add(b, t, b->hi[t], b->hi[t] + 1, req, sizeof req);
@@ -2962,6 +3103,19 @@ static void bulk_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     buf_put(&b->in, bytes, len);
     long n;
     while ((n = model_reply_len(b->in.p, b->in.len)) > 0 && !S->failed) {
+        if (b->scan) {
+            if (!bulk_scan_reply(S, b->in.p, (size_t)n)) return;
+            buf_consume(&b->in, (size_t)n);
+            b->checked++;
+            if (b->cursor && !b->closing) {
+                bulk_scan_send(S);
+                continue;
+            }
+            if (!b->cursor) b->walks++;
+            b->scan = 0;
+            bulk_after(S);
+            continue;
+        }
         if ((size_t)n != strlen(b->want) ||
             memcmp(b->in.p, b->want, (size_t)n) != 0) {
             char got[64];
@@ -4156,6 +4310,7 @@ typedef struct outcome {
     uint64_t probes; /* the prober's SETs read back early and late */
     uint64_t reads;  /* the atomicity reader's MGETs checked */
     uint64_t bulks;  /* the bulk writer's replies checked */
+    uint64_t bwalks; /* and its SCAN walks checked whole */
     uint64_t bigs, same_len, hangups;
     uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
     uint64_t keys_checked, kwalks, pushes, flushes; /* `extra`'s */
@@ -4356,6 +4511,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->probes = S->probe.probes;
     out->reads = S->rd.reads;
     out->bulks = S->bk.checked;
+    out->bwalks = S->bk.walks;
     out->scans = S->scans;
     out->scan_parts = S->scan_parts;
     out->keys_checked = S->keys_checked;
@@ -4425,6 +4581,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
         buf_free(&S->clients[i].in);
     buf_free(&S->probe.in);
     buf_free(&S->bk.in);
+    free(S->bk.seen);
     buf_free(&S->rd.in);
     for (int i = 0; i < S->nps; i++)
         for (int c = 0; c < 3; c++)
@@ -5010,7 +5167,7 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
-    uint64_t reads = 0, bulks = 0;
+    uint64_t reads = 0, bulks = 0, bwalks = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
     uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0, pushes = 0;
     uint64_t flushes = 0;
@@ -5039,6 +5196,7 @@ int main(int argc, char **argv) {
         probes += o.probes;
         reads += o.reads;
         bulks += o.bulks;
+        bwalks += o.bwalks;
         bigs += o.bigs;
         same_len += o.same_len;
         hangups += o.hangups;
@@ -5099,7 +5257,7 @@ int main(int argc, char **argv) {
            " replica resumes from an offset, %" PRIu64 " full syncs (%" PRIu64
            " primaries restarted), %" PRIu64 " expiry timer runs, %" PRIu64
            " expiry probes, %" PRIu64 " atomicity reads of replicas, %" PRIu64
-           " bulk writes to large collections; %" PRIu64
+           " replies of the bulk writer (%" PRIu64 " SCAN walks); %" PRIu64
            " big values set (%" PRIu64 " over one of equal length), %" PRIu64
            " clients hung up; %" PRIu64
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
@@ -5109,8 +5267,8 @@ int main(int argc, char **argv) {
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           restarts, expired, probes, reads, bulks, bigs, same_len, hangups,
-           scans, scan_parts, keys_checked, kwalks, pushes, flushes);
+           restarts, expired, probes, reads, bulks, bwalks, bigs, same_len,
+           hangups, scans, scan_parts, keys_checked, kwalks, pushes, flushes);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)
