@@ -3886,6 +3886,18 @@ static void check_wakeups(sim *S) {
              "at %" PRId64,
              lull_timer_active(&x->timer) ? "armed for another" : "not armed",
              e ? store_expire(&p->kv.db, e) : 0);
+    /* And armed to fire once the clock reads that time + 1, the first ms
+     * the key is past it, not later: a key left past its time is counted
+     * (DBSIZE), held by the replicas and in memory, which no read shows
+     * (the per-ms look, check_expiry_on_time, allows a turn's grace). */
+    int64_t at = e ? store_expire(&p->kv.db, e) : 0;
+    uint64_t due = lull_timer_deadline(&x->timer);
+    if (!S->failed && e && at >= x->base_ms && due &&
+        due > x->base_ns + (uint64_t)(at - x->base_ms + 1) * MS)
+        fail(S,
+             "primary: its expiry timer fires at %" PRIu64
+             " ns, past the first ms after its first key's time %" PRId64,
+             due, at);
 }
 
 /* The seed used up its budget of network events, or of loop turns at one
