@@ -292,7 +292,8 @@ typedef struct prober {
  * batching went untried in most seeds. Each holds items lo..hi-1 (i<n>,
  * m<n>, field f<n> = v<n>, m<n> scored n % 13 - 6), and each reply must
  * be the count or item that gives; now and then a step is a walk of one
- * by its SCAN (bulk_scan_reply). One command at a time. */
+ * by its SCAN (bulk_scan_reply), or a SET of big:t KEEPTTL, a string
+ * with an expiry. One command at a time. */
 #define BULK_TYPES 4
 #define BULK_STEPS 400 /* steps at most (the watchdog's budget) */
 typedef struct bulker {
@@ -301,7 +302,8 @@ typedef struct bulker {
     buf in;
     uint64_t rng;
     bool live, up, closing;
-    int type; /* the command in flight's collection */
+    int type;    /* the command in flight's collection; BULK_TYPES: big:t */
+    int64_t ttl; /* big:t's expiry time (0: not set yet) */
     int lo[BULK_TYPES], hi[BULK_TYPES], target[BULK_TYPES];
     char want[32]; /* the reply it must get */
     int steps;
@@ -3050,6 +3052,30 @@ static void bulk_step(sim *S) {
     char req[256];
     int w, t = (int)(rnd(&b->rng) % BULK_TYPES);
     b->steps++;
+    /* Now and then big:t, a string with an expiry an hour or two ahead,
+     * set again with KEEPTTL, which a replica must keep (the clients
+     * never send KEEPTTL: the model does not know it). */
+    if (rnd(&b->rng) % 8 == 0) {
+        char v[16], at[24];
+        int vl = snprintf(v, sizeof v, "%d", b->steps), al = 0;
+        if (!b->ttl) {
+            b->ttl = ms_now(S) + 3600000 + (int64_t)(rnd(&b->rng) % 3600000);
+            al = snprintf(at, sizeof at, "%" PRId64, b->ttl);
+        }
+        w = al ? snprintf(req, sizeof req,
+                          "*5\r\n$3\r\nSET\r\n$5\r\nbig:t\r\n$%d\r\n%s\r\n"
+                          "$4\r\nPXAT\r\n$%d\r\n%s\r\n",
+                          vl, v, al, at)
+               : snprintf(req, sizeof req,
+                          "*4\r\n$3\r\nSET\r\n$5\r\nbig:t\r\n$%d\r\n%s\r\n"
+                          "$7\r\nKEEPTTL\r\n",
+                          vl, v);
+        snprintf(b->want, sizeof b->want, "+OK\r\n");
+        b->type = BULK_TYPES;
+        if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+            fail(S, "bulk: a send was refused");
+        return;
+    }
     if (t > 0 && rnd(&b->rng) % 4 == 0) { /* a walk, not a write */
         b->scan = t;
         b->cursor = 0;
@@ -3119,10 +3145,14 @@ static void bulk_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         if ((size_t)n != strlen(b->want) ||
             memcmp(b->in.p, b->want, (size_t)n) != 0) {
             char got[64];
-            fail(S, "bulk: big:%c (items %d to %d) got %s, not %.*s",
-                 bulk_keys[b->type], b->lo[b->type], b->hi[b->type] - 1,
-                 oneline(b->in.p, (size_t)n, got, sizeof got),
-                 (int)strlen(b->want) - 2, b->want);
+            if (b->type == BULK_TYPES)
+                fail(S, "bulk: SET big:t got %s, not +OK",
+                     oneline(b->in.p, (size_t)n, got, sizeof got));
+            else
+                fail(S, "bulk: big:%c (items %d to %d) got %s, not %.*s",
+                     bulk_keys[b->type], b->lo[b->type], b->hi[b->type] - 1,
+                     oneline(b->in.p, (size_t)n, got, sizeof got),
+                     (int)strlen(b->want) - 2, b->want);
             return;
         }
         b->checked++;
