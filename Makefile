@@ -231,8 +231,8 @@ soak:
 # default, 10,000 (CI's), about five times that; the 1,000,000 commands
 # a few seconds a run (docs/SIMULATION.md has the figures). Then
 # SIM_STREAMS_SEEDS seeds over lull's streams with the fault shim under
-# them (--streams): 2,000 take 63 s of one CPU (23.5 s user + 39.3 s sys,
-# measured), 32 s per 1,000.
+# them (--streams): 2,000 take 55 s of one CPU (33.7 s user + 21.3 s sys,
+# measured), 28 s per 1,000.
 SEEDS ?= 10000
 SIM_STREAMS_SEEDS ?= 2000
 SIM_PLANT_SEEDS ?= 500
