@@ -34,7 +34,11 @@
  * COUNT walks of a client's keys, HSCAN (for half the HGETALLs), run
  * pub/sub on the primary and on a replica (ps_start), and in half of
  * those FLUSHALL or FLUSHDB once the clients are done, so the replicas
- * must end empty too.
+ * must end empty too. Half the seeds (`grow`) also run the bulk writer
+ * (bulk_start): a list, a set, a hash and a sorted set kept at and across
+ * a snapshot's batch edges, and one replica that starts late, from a
+ * snapshot of them (the clients' own collections rarely outlive their
+ * other commands long enough to meet a snapshot).
  *
  * Checked, per seed (docs/SIMULATION.md has what this proves and what
  * it cannot see):
@@ -67,6 +71,10 @@
  *     its window, and none it says is gone throughout (key by key); a
  *     SCAN MATCH walk names only keys there at some instant since its
  *     first step, and by cursor 0 every one there at every reply since;
+ *   - the bulk writer's (`grow`): each reply is the count or item its
+ *     collections give, and its SSCAN, HSCAN and ZSCAN walks of them
+ *     (nothing else walks a hash past 128) name only what is there, 128
+ *     or fewer whole (a sorted set's in order), and all by cursor 0;
  *   - each PUBLISH answers how many got it; each subscriber gets, byte
  *     for byte and in order, every message of its channels and patterns
  *     published on its node, once, and nothing else (after UNSUBSCRIBE
@@ -273,6 +281,44 @@ typedef struct prober {
     int64_t now_ms;  /* the same-ms batch's instant */
 } prober;
 
+/* The bulk writer (seeds with `grow`): on a clean link to the primary, a
+ * list, a set, a hash and a sorted set (big:l, big:s, big:h, big:z, which
+ * nothing else writes) built to sizes at a snapshot's batch edges
+ * (SNAP_BATCH items a record: 127 to 129, 255 to 257, 383 to 385) or
+ * anywhere up to 600, then stepped an item over and back across them
+ * while the clients run, so that a full resync's snapshot meets each kind
+ * of collection whole batches and one past. The clients' own collections
+ * rarely are (their other commands overwrite them), so a snapshot's
+ * batching went untried in most seeds. Each holds items lo..hi-1 (i<n>,
+ * m<n>, field f<n> = v<n>, m<n> scored n % 13 - 6), and each reply must
+ * be the count or item that gives; now and then a step is a walk of one
+ * by its SCAN (bulk_scan_reply), or a SET of big:t KEEPTTL, a string
+ * with an expiry. One command at a time. */
+#define BULK_TYPES 4
+#define BULK_STEPS 400 /* steps at most (the watchdog's budget) */
+typedef struct bulker {
+    lull_simconn c;
+    lull_timer timer;
+    buf in;
+    uint64_t rng;
+    bool live, up, closing;
+    int type;    /* the command in flight's collection; BULK_TYPES: big:t */
+    int64_t ttl; /* big:t's expiry time (0: not set yet) */
+    int lo[BULK_TYPES], hi[BULK_TYPES], target[BULK_TYPES];
+    char want[32]; /* the reply it must get */
+    int steps;
+    uint64_t checked; /* replies checked */
+    /* A walk of big:s, big:h or big:z (scan > 0: its type) by SSCAN,
+     * HSCAN or ZSCAN, nothing written meanwhile: each step names only
+     * items there (a hash's with its value, a sorted set's with its
+     * score), a collection of SCAN_WHOLE or fewer comes whole at once
+     * (a sorted set's in its order), and by cursor 0 every item came. */
+    int scan;
+    uint64_t cursor;
+    unsigned char *seen; /* per item lo..hi-1 */
+    uint64_t walks;      /* walks checked whole */
+} bulker;
+
 typedef struct client {
     sim *S;
     int id;
@@ -299,6 +345,9 @@ typedef struct client {
     int ttl_px;
     unsigned ttl_seq;
     unsigned tags; /* transactions that wrote the atomicity pair */
+    /* The key + 1 of an LREM just made, whose whole list the client's
+     * next command reads (LRANGE k 0 -1); 0: none. */
+    int lrem_read;
     bool quitting; /* QUIT sent (--streams): nothing more on this link */
     /* --streams: every link of this client is clean, no fault that ends a
      * connection on it (the network's resets, breaks and refusals; the
@@ -455,6 +504,15 @@ struct sim {
     uint64_t kwalks;       /* SCAN MATCH walks checked whole */
     uint64_t pushes;       /* pub/sub messages checked */
     uint64_t flushes;      /* FLUSHALLs */
+    /* Half the seeds (drawn apart, from their own stream): the bulk
+     * writer, a log of small chunks that trims, and one replica (`late`)
+     * that starts when the collections are built, so its first sync is
+     * from a snapshot of them. */
+    bool grow;
+    bulker bk;
+    int late; /* the replica that starts late; 0: none */
+    bool late_started;
+    lull_timer late_t;
 };
 
 static sim *the_sim; /* for should_yield, whose hook has no argument */
@@ -1129,7 +1187,8 @@ static void streams_accept(node *n, lull_simconn_options *o) {
      * connection would be no bug. */
     bool clean = (sscanf(r->sc.peer, "c%d:", &id) == 1 && id >= 1 &&
                   id <= S->nclients && S->clients[id - 1].clean) ||
-                 strncmp(r->sc.peer, "ps", 2) == 0;
+                 strncmp(r->sc.peer, "ps", 2) == 0 ||
+                 strncmp(r->sc.peer, "bulk", 4) == 0;
     if (relay_pair(S, r, name, clean, fds) < 0) {
         lull_endpoint_close(&r->sc.ep, -ECONNRESET);
         return;
@@ -1203,7 +1262,8 @@ static void sim_accept(lull_simserver *ls) {
  * the failure, said as it was logged (a malformed record names its
  * offset), not what it led to. */
 static const char *const never_logged[] = {
-    "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit"};
+    "malformed", "not REPLACK", "out of memory", "client-query-buffer-limit",
+    "protocol error"};
 
 /* A replica that asked to resume where the primary's log still holds
  * (its history, an offset between the log's base and end) must get
@@ -1371,6 +1431,7 @@ static void client_pump(client *cl);
 static void client_connect(client *cl);
 static void probe_stop(sim *S);
 static void reader_stop(sim *S);
+static void bulk_stop(sim *S);
 static void ps_flush_maybe(sim *S);
 
 static void finished(client *cl) {
@@ -1380,6 +1441,7 @@ static void finished(client *cl) {
     if (S->active == 1) {
         probe_stop(S);
         reader_stop(S);
+        bulk_stop(S);
     }
     if (--S->active == 0 && !S->healed && !S->tearing_down) {
         S->healed = true;
@@ -1515,6 +1577,20 @@ static void big_value(client *cl, model_cmd *c, int *key) {
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
+    /* After an LREM, its list read whole (not in --determinism, whose
+     * draws stay as they were): which copies an LREM removed shows in a
+     * long list's middle, which the ends LRANGE and LPOP read rarely
+     * reach before the list is overwritten. */
+    if (cl->lrem_read) {
+        memset(c, 0, sizeof *c);
+        *key = *key2 = cl->lrem_read - 1;
+        cl->lrem_read = 0;
+        c->op = OP_LRANGE;
+        c->i2 = -1;
+        snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+        snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key);
+        return;
+    }
     int k = (int)below(r, KEYS);
     *key = k;
     memset(c, 0, sizeof *c);
@@ -1732,6 +1808,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         mk->n == 1 && mk->c[0].expire > ms_now(S) &&
         mk->c[0].expire == mk->c[0].expire_hi)
         c->at = mk->c[0].expire;
+    if (c->op == OP_LREM && !S->no_faults) cl->lrem_read = 1 + *key;
 }
 
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
@@ -2796,6 +2873,344 @@ static void probe_stop(sim *S) {
     lull_endpoint_close(&pr->c.ep, 0);
 }
 
+/* ------------------------------------------------------------ bulk */
+
+static const char bulk_keys[BULK_TYPES] = {'l', 's', 'h', 'z'};
+
+/* A size at or next to a batch edge, or any from past one batch to 600. */
+static int bulk_size(bulker *b) {
+    uint64_t x = rnd(&b->rng) % 12;
+    if (x < 9) return (int)(x / 3 + 1) * 128 - 1 + (int)(x % 3);
+    return 129 + (int)(rnd(&b->rng) % 472);
+}
+
+/* Items [from, to) of collection t added: RPUSH, SADD, HSET or ZADD. */
+static int bulk_add(bulker *b, int t, int from, int to, char *req, size_t cap) {
+    static const char *const cmd[BULK_TYPES] = {"RPUSH", "SADD", "HSET",
+                                                "ZADD"};
+    int per = t >= 2 ? 2 : 1, n = to - from;
+    int w = snprintf(req, cap, "*%d\r\n$%zu\r\n%s\r\n$5\r\nbig:%c\r\n",
+                     2 + per * n, strlen(cmd[t]), cmd[t], bulk_keys[t]);
+    for (int i = from; i < to; i++) {
+        char a[16], m[16];
+        if (t == 3)
+            snprintf(a, sizeof a, "%d", i % 13 - 6);
+        else if (t == 2)
+            snprintf(a, sizeof a, "f%d", i);
+        snprintf(m, sizeof m, "%c%d", t == 0 ? 'i' : t == 2 ? 'v' : 'm', i);
+        if (per == 2)
+            w += snprintf(req + w, cap - (size_t)w, "$%zu\r\n%s\r\n", strlen(a),
+                          a);
+        w += snprintf(req + w, cap - (size_t)w, "$%zu\r\n%s\r\n", strlen(m), m);
+    }
+    snprintf(b->want, sizeof b->want, ":%d\r\n", t == 0 ? to - b->lo[t] : n);
+    return w;
+}
+
+/* While building: the next 64 items of the first collection short of
+ * its size, sent; false when all are built. */
+static bool bulk_build(sim *S) {
+    bulker *b = &S->bk;
+    static char req[4096];
+    int t = 0;
+    while (t < BULK_TYPES && b->hi[t] >= b->target[t])
+        t++;
+    if (t == BULK_TYPES) return false;
+    int to = b->hi[t] + 64 < b->target[t] ? b->hi[t] + 64 : b->target[t];
+    int w = bulk_add(b, t, b->hi[t], to, req, sizeof req);
+    b->hi[t] = to;
+    b->type = t;
+    if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+        fail(S, "bulk: a send was refused");
+    return true;
+}
+
+/* The walk's next step: SSCAN, HSCAN or ZSCAN big:<t> cursor COUNT 1-40. */
+static void bulk_scan_send(sim *S) {
+    bulker *b = &S->bk;
+    static const char *const cmd[BULK_TYPES] = {NULL, "SSCAN", "HSCAN",
+                                                "ZSCAN"};
+    char req[160], cur[24], cnt[8];
+    int cl = snprintf(cur, sizeof cur, "%" PRIu64, b->cursor);
+    int nl = snprintf(cnt, sizeof cnt, "%d", 1 + (int)(rnd(&b->rng) % 40));
+    int w = snprintf(req, sizeof req,
+                     "*5\r\n$5\r\n%s\r\n$5\r\nbig:%c\r\n$%d\r\n%s\r\n"
+                     "$5\r\nCOUNT\r\n$%d\r\n%s\r\n",
+                     cmd[b->scan], bulk_keys[b->scan], cl, cur, nl, cnt);
+    b->type = b->scan;
+    if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+        fail(S, "bulk: a send was refused");
+}
+
+/* A bulk string of r at *at (its bytes and length), or NULL. */
+static const char *bulk_str(const char *r, size_t len, size_t *at, size_t *n) {
+    long el = model_reply_len(r + *at, len - *at);
+    unsigned long long v;
+    int hl;
+    if (el <= 0 || r[*at] != '$' ||
+        sscanf(r + *at, "$%llu\r\n%n", &v, &hl) != 1)
+        return NULL;
+    const char *p = r + *at + hl;
+    *n = (size_t)v;
+    *at += (size_t)el;
+    return p;
+}
+
+/* An item's number from its name (<c><n>), or -1. */
+static long bulk_item(const char *p, size_t n, char c) {
+    if (n < 2 || n > 10 || p[0] != c) return -1;
+    long v = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    return v;
+}
+
+/* A step's reply, against what the collection holds: false (and the
+ * seed failed) when it names what is not there, leaves out a small
+ * collection's item, or (cursor 0) any item. */
+static bool bulk_scan_reply(sim *S, const char *r, size_t len) {
+    bulker *b = &S->bk;
+    int t = b->scan, per = t == 1 ? 1 : 2;
+    long lo = b->lo[t], hi = b->hi[t], size = hi - lo;
+    size_t at = 0, n;
+    long long k;
+    int hl;
+    const char *cur = NULL;
+    char why[160] = "";
+    if (len < 4 || memcmp(r, "*2\r\n", 4) != 0) goto bad;
+    at = 4;
+    if (!(cur = bulk_str(r, len, &at, &n)) || n > 20) goto bad;
+    char num[24];
+    memcpy(num, cur, n);
+    num[n] = 0;
+    b->cursor = strtoull(num, NULL, 10);
+    if (at >= len || sscanf(r + at, "*%lld\r\n%n", &k, &hl) != 1 ||
+        k % per != 0)
+        goto bad;
+    at += (size_t)hl;
+    long prev = -1;
+    for (long long j = 0; j < k; j += per) {
+        const char *m = bulk_str(r, len, &at, &n);
+        long i = m ? bulk_item(m, n, t == 2 ? 'f' : 'm') : -1;
+        if (i < lo || i >= hi) {
+            snprintf(why, sizeof why, "%.*s, not there",
+                     m ? (int)(n < 20 ? n : 20) : 1, m ? m : "?");
+            break;
+        }
+        if (per == 2) {
+            char want[16];
+            const char *v = bulk_str(r, len, &at, &n);
+            int wl = t == 2 ? snprintf(want, sizeof want, "v%ld", i)
+                            : snprintf(want, sizeof want, "%ld", i % 13 - 6);
+            if (!v || n != (size_t)wl || memcmp(v, want, n) != 0) {
+                snprintf(why, sizeof why, "%c%ld with %.*s, not %s",
+                         t == 2 ? 'f' : 'm', i, v ? (int)(n < 20 ? n : 20) : 1,
+                         v ? v : "?", want);
+                break;
+            }
+        }
+        /* A small sorted set comes in its order: score, then name. */
+        if (t == 3 && size <= 128 && prev >= 0) {
+            long ps = prev % 13 - 6, s = i % 13 - 6;
+            char a[16], c[16];
+            snprintf(a, sizeof a, "m%ld", prev);
+            snprintf(c, sizeof c, "m%ld", i);
+            if (ps > s || (ps == s && strcmp(a, c) >= 0)) {
+                snprintf(why, sizeof why, "m%ld after m%ld: out of order", i,
+                         prev);
+                break;
+            }
+        }
+        prev = i;
+        b->seen[i - lo] = 1;
+    }
+    if (!why[0] && size <= 128 && (b->cursor != 0 || k != per * size))
+        snprintf(why, sizeof why,
+                 "cursor %" PRIu64 " with %lld of %ld items: not whole",
+                 b->cursor, k / per, size);
+    for (long i = lo; !why[0] && b->cursor == 0 && i < hi; i++)
+        if (!b->seen[i - lo])
+            snprintf(why, sizeof why, "cursor 0, never named %c%ld",
+                     t == 2 ? 'f' : 'm', i);
+    if (!why[0]) return true;
+bad:
+    if (!why[0]) snprintf(why, sizeof why, "not a SCAN reply");
+    char got[64];
+    fail(S, "bulk: a SCAN step of big:%c (%ld items) got %s: %s", bulk_keys[t],
+         size, oneline(r, len, got, sizeof got), why);
+    return false;
+}
+
+/* Built: an item added at the end of one collection, or its first taken,
+ * towards its target (redrawn now and then): a size steps over its edge
+ * and back. */
+static void bulk_step(sim *S) {
+    bulker *b = &S->bk;
+    static const char *const del[BULK_TYPES] = {"LPOP", "SREM", "HDEL", "ZREM"};
+    char req[256];
+    int w, t = (int)(rnd(&b->rng) % BULK_TYPES);
+    b->steps++;
+    /* Now and then big:t, a string with an expiry an hour or two ahead,
+     * set again with KEEPTTL, which a replica must keep (the clients
+     * never send KEEPTTL: the model does not know it). */
+    if (rnd(&b->rng) % 8 == 0) {
+        char v[16], at[24];
+        int vl = snprintf(v, sizeof v, "%d", b->steps), al = 0;
+        if (!b->ttl) {
+            b->ttl = ms_now(S) + 3600000 + (int64_t)(rnd(&b->rng) % 3600000);
+            al = snprintf(at, sizeof at, "%" PRId64, b->ttl);
+        }
+        w = al ? snprintf(req, sizeof req,
+                          "*5\r\n$3\r\nSET\r\n$5\r\nbig:t\r\n$%d\r\n%s\r\n"
+                          "$4\r\nPXAT\r\n$%d\r\n%s\r\n",
+                          vl, v, al, at)
+               : snprintf(req, sizeof req,
+                          "*4\r\n$3\r\nSET\r\n$5\r\nbig:t\r\n$%d\r\n%s\r\n"
+                          "$7\r\nKEEPTTL\r\n",
+                          vl, v);
+        snprintf(b->want, sizeof b->want, "+OK\r\n");
+        b->type = BULK_TYPES;
+        if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+            fail(S, "bulk: a send was refused");
+        return;
+    }
+    if (t > 0 && rnd(&b->rng) % 4 == 0) { /* a walk, not a write */
+        b->scan = t;
+        b->cursor = 0;
+        free(b->seen);
+        b->seen = calloc((size_t)(b->hi[t] - b->lo[t]) + 1, 1);
+        if (!b->seen) abort();
+        bulk_scan_send(S);
+        return;
+    }
+    if (rnd(&b->rng) % 16 == 0) b->target[t] = bulk_size(b);
+    if (b->hi[t] - b->lo[t] <= b->target[t]) {
+        w = bulk_add(b, t, b->hi[t], b->hi[t] + 1, req, sizeof req);
+        b->hi[t]++;
+    } else {
+        char m[16];
+        char kind = "imfm"[t];
+        int ml = snprintf(m, sizeof m, "%c%d", kind, b->lo[t]);
+        w = t == 0 ? snprintf(req, sizeof req,
+                              "*2\r\n$4\r\nLPOP\r\n$5\r\nbig:l\r\n")
+                   : snprintf(req, sizeof req,
+                              "*3\r\n$4\r\n%s\r\n$5\r\nbig:%c\r\n$%d\r\n%s\r\n",
+                              del[t], bulk_keys[t], ml, m);
+        if (t == 0)
+            snprintf(b->want, sizeof b->want, "$%d\r\n%s\r\n", ml, m);
+        else
+            snprintf(b->want, sizeof b->want, ":1\r\n");
+        b->lo[t]++;
+    }
+    b->type = t;
+    if (lull_endpoint_send_copy(&b->c.ep, req, (size_t)w) < 0)
+        fail(S, "bulk: a send was refused");
+}
+
+/* After a reply (or the connect): the build's next command, or a step
+ * later. */
+static void bulk_after(sim *S) {
+    bulker *b = &S->bk;
+    if (b->closing || bulk_build(S)) return;
+    if (b->steps < BULK_STEPS)
+        lull_timer_start(&b->timer, MS + rnd(&b->rng) % (20 * MS), 0);
+}
+
+static void bulk_timer(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, bk.timer);
+    if (S->bk.up && !S->bk.closing) bulk_step(S);
+}
+
+static void bulk_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    sim *S = ep->data;
+    bulker *b = &S->bk;
+    buf_put(&b->in, bytes, len);
+    long n;
+    while ((n = model_reply_len(b->in.p, b->in.len)) > 0 && !S->failed) {
+        if (b->scan) {
+            if (!bulk_scan_reply(S, b->in.p, (size_t)n)) return;
+            buf_consume(&b->in, (size_t)n);
+            b->checked++;
+            if (b->cursor && !b->closing) {
+                bulk_scan_send(S);
+                continue;
+            }
+            if (!b->cursor) b->walks++;
+            b->scan = 0;
+            bulk_after(S);
+            continue;
+        }
+        if ((size_t)n != strlen(b->want) ||
+            memcmp(b->in.p, b->want, (size_t)n) != 0) {
+            char got[64];
+            if (b->type == BULK_TYPES)
+                fail(S, "bulk: SET big:t got %s, not +OK",
+                     oneline(b->in.p, (size_t)n, got, sizeof got));
+            else
+                fail(S, "bulk: big:%c (items %d to %d) got %s, not %.*s",
+                     bulk_keys[b->type], b->lo[b->type], b->hi[b->type] - 1,
+                     oneline(b->in.p, (size_t)n, got, sizeof got),
+                     (int)strlen(b->want) - 2, b->want);
+            return;
+        }
+        b->checked++;
+        buf_consume(&b->in, (size_t)n);
+        bulk_after(S);
+    }
+}
+
+static void bulk_closed(lull_endpoint *ep, int reason) {
+    sim *S = ep->data;
+    bulker *b = &S->bk;
+    b->up = b->live = false;
+    lull_timer_stop(&b->timer);
+    if (!b->closing && !S->tearing_down)
+        fail(S, "bulk: its clean link closed (%s)", lull_err_name(reason));
+}
+
+static void bulk_connected(lull_simconn *c, int status) {
+    sim *S = c->ep.data;
+    if (status < 0) return; /* bulk_closed says it */
+    S->bk.up = true;
+    bulk_after(S);
+}
+
+static void bulk_start(sim *S) {
+    bulker *b = &S->bk;
+    lull_timer_init(S->loop, &b->timer, bulk_timer);
+    for (int t = 0; t < BULK_TYPES; t++)
+        b->target[t] = bulk_size(b);
+    static const lull_simfaults clean;
+    lull_simconn_options o = {
+        .flags = LULL_SIMCONN_RAW, .name = "bulk", .faults = &clean};
+    b->c.ep.data = S;
+    if (lull_simconn_connect(S->net, &b->c, "primary", &o, bulk_connected) <
+        0) {
+        fail(S, "bulk: connect refused");
+        return;
+    }
+    b->live = true;
+    lull_endpoint_set_callbacks(&b->c.ep, bulk_frame, NULL, bulk_closed);
+}
+
+static void bulk_stop(sim *S) {
+    bulker *b = &S->bk;
+    if (!S->grow || b->closing) return;
+    b->closing = true;
+    lull_timer_stop(&b->timer);
+    if (b->live) lull_endpoint_close(&b->c.ep, 0);
+}
+
+/* The late replica's start: the collections built, the log trimmed. */
+static void late_start(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, late_t);
+    S->late_started = true;
+    lull_simnet_log(S->net, "replica%d starts", S->late);
+    server_start(&S->nodes[S->late].srv);
+}
+
 /* ------------------------------------------------------------ reader */
 
 static void reader_connect(sim *S);
@@ -2813,7 +3228,7 @@ static void reader_timer(lull_timer *t) {
     int n = sprintf(req, "*%d\r\n$4\r\nMGET\r\n", 1 + 2 * S->nclients);
     for (int i = 1; i <= S->nclients; i++)
         for (char ab = 'a'; ab <= 'b'; ab++)
-            n += sprintf(req + n, "$%d\r\nc%d:p%c\r\n", i < 10 ? 4 : 5, i, ab);
+            n += sprintf(req + n, "$%d\r\nc%d:p%c\r\n", i < 10 ? 5 : 6, i, ab);
     if (lull_endpoint_send_copy(&rd->c.ep, req, (size_t)n) == 0)
         rd->waiting = true;
 }
@@ -3501,6 +3916,18 @@ static void check_wakeups(sim *S) {
              "at %" PRId64,
              lull_timer_active(&x->timer) ? "armed for another" : "not armed",
              e ? store_expire(&p->kv.db, e) : 0);
+    /* And armed to fire once the clock reads that time + 1, the first ms
+     * the key is past it, not later: a key left past its time is counted
+     * (DBSIZE), held by the replicas and in memory, which no read shows
+     * (the per-ms look, check_expiry_on_time, allows a turn's grace). */
+    int64_t at = e ? store_expire(&p->kv.db, e) : 0;
+    uint64_t due = lull_timer_deadline(&x->timer);
+    if (!S->failed && e && at >= x->base_ms && due &&
+        due > x->base_ns + (uint64_t)(at - x->base_ms + 1) * MS)
+        fail(S,
+             "primary: its expiry timer fires at %" PRIu64
+             " ns, past the first ms after its first key's time %" PRId64,
+             due, at);
 }
 
 /* The seed used up its budget of network events, or of loop turns at one
@@ -3923,6 +4350,9 @@ typedef struct outcome {
     uint64_t multis, lost, continues, fulls, expired, restarts;
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
     uint64_t probes; /* the prober's SETs read back early and late */
+    uint64_t reads;  /* the atomicity reader's MGETs checked */
+    uint64_t bulks;  /* the bulk writer's replies checked */
+    uint64_t bwalks; /* and its SCAN walks checked whole */
     uint64_t bigs, same_len, hangups;
     uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
     uint64_t keys_checked, kwalks, pushes, flushes; /* `extra`'s */
@@ -4010,6 +4440,16 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     }
     if (!S->no_faults && rnd(&bs) % 2 == 0)
         S->hangup = 10 + (uint32_t)(rnd(&bs) % 40);
+    /* Drawn apart too. A grown seed's log comes in chunks of 256 bytes to
+     * 2 KiB, if not small already, so that the late replica's first sync
+     * is from a snapshot. */
+    uint64_t gs = seed ^ 0x67726f7720626967ull;
+    S->grow = !S->no_faults && rnd(&gs) % 2 == 0;
+    if (S->grow) {
+        S->bk.rng = rnd(&gs);
+        if (!S->chunk_size) S->chunk_size = 256 + rnd(&gs) % 1792;
+        S->late = 1 + (int)(rnd(&gs) % (uint64_t)S->nreplicas);
+    }
     /* The long fault-free run crosses a chunk edge every hundred or so
      * records: tens of thousands in 1,000,000 commands. */
     if (S->no_faults) S->chunk_size = 4096;
@@ -4052,7 +4492,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     lull_timer_init(S->loop, &S->deadline, deadline_due);
     if (!S->no_faults) lull_timer_start(&S->deadline, WORKLOAD_NS, 0);
     for (int i = 0; i <= S->nreplicas; i++)
-        server_start(&S->nodes[i].srv);
+        if (i != S->late) server_start(&S->nodes[i].srv);
+    if (S->late) {
+        lull_timer_init(S->loop, &S->late_t, late_start);
+        lull_timer_start(&S->late_t, 20 * MS + rnd(&gs) % (300 * MS), 0);
+    }
     int64_t per_client =
         determinism > 0 ? (determinism + S->nclients - 1) / S->nclients : 0;
     S->active = S->nclients;
@@ -4081,6 +4525,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->event_budget =
         event_budget_flag ? event_budget_flag : EVENTS_PER_COMMAND * planned;
     probe_start(S);
+    if (S->grow) {
+        bulk_start(S);
+        if (!event_budget_flag)
+            S->event_budget += EVENTS_PER_COMMAND * (BULK_STEPS + 40);
+    }
     S->rd.replica = 1 + (int)below(r, (uint64_t)S->nreplicas);
     lull_timer_init(S->loop, &S->rd.timer, reader_timer);
     lull_timer_start(&S->rd.timer, below(r, 20 * MS), 0);
@@ -4102,6 +4551,9 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->restarts = S->restarts;
     out->expired = S->old_expired + S->nodes[0].srv.expiry.fired;
     out->probes = S->probe.probes;
+    out->reads = S->rd.reads;
+    out->bulks = S->bk.checked;
+    out->bwalks = S->bk.walks;
     out->scans = S->scans;
     out->scan_parts = S->scan_parts;
     out->keys_checked = S->keys_checked;
@@ -4120,6 +4572,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->tearing_down = true;
     probe_stop(S);
     reader_stop(S);
+    bulk_stop(S);
+    if (S->late && !S->late_started) { /* a seed that failed early */
+        lull_timer_stop(&S->late_t);
+        server_start(&S->nodes[S->late].srv);
+    }
     for (int i = 0; i < S->nps; i++)
         if (S->ps[i].phase != 5) ps_close(&S->ps[i]);
     for (int i = 0; i < S->nclients; i++) {
@@ -4165,6 +4622,8 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     for (int i = 0; i < S->nclients; i++)
         buf_free(&S->clients[i].in);
     buf_free(&S->probe.in);
+    buf_free(&S->bk.in);
+    free(S->bk.seen);
     buf_free(&S->rd.in);
     for (int i = 0; i < S->nps; i++)
         for (int c = 0; c < 3; c++)
@@ -4750,6 +5209,7 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
+    uint64_t reads = 0, bulks = 0, bwalks = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
     uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0, pushes = 0;
     uint64_t flushes = 0;
@@ -4776,6 +5236,9 @@ int main(int argc, char **argv) {
         restarts += o.restarts;
         expired += o.expired;
         probes += o.probes;
+        reads += o.reads;
+        bulks += o.bulks;
+        bwalks += o.bwalks;
         bigs += o.bigs;
         same_len += o.same_len;
         hangups += o.hangups;
@@ -4835,8 +5298,10 @@ int main(int argc, char **argv) {
            " replica links closed for their output, %" PRIu64
            " replica resumes from an offset, %" PRIu64 " full syncs (%" PRIu64
            " primaries restarted), %" PRIu64 " expiry timer runs, %" PRIu64
-           " expiry probes; %" PRIu64 " big values set (%" PRIu64
-           " over one of equal length), %" PRIu64 " clients hung up; %" PRIu64
+           " expiry probes, %" PRIu64 " atomicity reads of replicas, %" PRIu64
+           " replies of the bulk writer (%" PRIu64 " SCAN walks); %" PRIu64
+           " big values set (%" PRIu64 " over one of equal length), %" PRIu64
+           " clients hung up; %" PRIu64
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
            " steps with a cursor to go on); %" PRIu64 " KEYS and %" PRIu64
            " SCAN MATCH walks checked, %" PRIu64
@@ -4844,8 +5309,8 @@ int main(int argc, char **argv) {
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
-           restarts, expired, probes, bigs, same_len, hangups, scans,
-           scan_parts, keys_checked, kwalks, pushes, flushes);
+           restarts, expired, probes, reads, bulks, bwalks, bigs, same_len,
+           hangups, scans, scan_parts, keys_checked, kwalks, pushes, flushes);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)
