@@ -12,8 +12,10 @@
 #include <fcntl.h>
 #include <lull.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -583,6 +585,80 @@ TEST(reset_mode_in_a_handler_while_an_init_reads_the_table) {
     CHECK_EQ(fcntl(p.master, F_GETFL), fl);
     close(fd2);
     finish(loop, &p);
+}
+
+/* Two loops on two threads, each opening, moding and closing ttys on its
+ * own pty over and over (each init reads every entry of the reset table,
+ * each close empties one and waits for its readers), while a third thread
+ * runs lull_tty_reset_mode without pause, as a crash handler on another
+ * thread would. Nothing may wait forever (a reader counted in and never
+ * out, an entry emptied under a reset), and each terminal ends in the
+ * mode it had: a reset gives back the mode an entry saved, a close the
+ * one its init found. */
+#define CHURN_ROUNDS 2000
+
+typedef struct churn {
+    pty p;
+    struct termios before;
+    int rounds;
+} churn;
+
+static _Atomic bool churn_stop;
+
+static void *churn_ttys(void *arg) {
+    churn *c = arg;
+    lull_loop *loop = new_loop();
+    for (int i = 0; i < CHURN_ROUNDS; i++) {
+        term a, b;
+        term_init(loop, &a, c->p.slave);
+        CHECK_EQ(lull_tty_set_mode(&a.t, i % 2 ? LULL_TTY_MODE_RAW
+                                               : LULL_TTY_MODE_IO),
+                 0);
+        term_init(loop, &b, c->p.slave); /* reads a's entry */
+        CHECK_EQ(lull_tty_set_mode(&b.t, LULL_TTY_MODE_RAW), 0);
+        if (i % 3 == 0)
+            CHECK_EQ(lull_tty_set_mode(&a.t, LULL_TTY_MODE_NORMAL), 0);
+        term *first = i % 2 ? &a : &b, *last = i % 2 ? &b : &a;
+        term_close_and_wait(loop, first);
+        term_close_and_wait(loop, last);
+        c->rounds++;
+    }
+    free_loop(loop);
+    return NULL;
+}
+
+static void *churn_resets(void *arg) {
+    long *n = arg;
+    while (!atomic_load(&churn_stop)) {
+        lull_tty_reset_mode();
+        (*n)++;
+    }
+    return NULL;
+}
+
+TEST_THREADED(ttys_on_two_loops_while_another_thread_resets) {
+    churn c[2];
+    for (int i = 0; i < 2; i++) {
+        c[i].p = pty_open();
+        c[i].before = mode_of(c[i].p.slave);
+        c[i].rounds = 0;
+    }
+    atomic_store(&churn_stop, false);
+    long resets = 0;
+    pthread_t th[3];
+    CHECK_EQ(pthread_create(&th[2], NULL, churn_resets, &resets), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, churn_ttys, &c[i]), 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_join(th[i], NULL), 0);
+    atomic_store(&churn_stop, true);
+    CHECK_EQ(pthread_join(th[2], NULL), 0);
+    CHECK(resets > 0);
+    for (int i = 0; i < 2; i++) {
+        CHECK_EQ(c[i].rounds, CHURN_ROUNDS);
+        CHECK(mode_is(c[i].p.slave, &c[i].before));
+        pty_close(&c[i].p);
+    }
 }
 
 /* A pty master whose reader stalls, with more queued than the pty holds:
