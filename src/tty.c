@@ -32,9 +32,10 @@
  * CLAIMED, then waits for its users to leave before emptying it, so one
  * of the two sees the other. A reset on the same thread cannot be in
  * progress then, since a handler runs to its end before the interrupted
- * code goes on. Entries are entered before the mode changes and emptied
- * after it is given back, so a crash at any point finds the mode to
- * restore.
+ * code goes on, and a fork()ed child starts with no users (the parent's
+ * other threads are not in it). Entries are entered before the mode
+ * changes and emptied after it is given back, so a crash at any point
+ * finds the mode to restore.
  *
  * Thread: the loop's, but for lull_tty_reset_mode. Nothing runs in the
  * background: no timer, no task, no fd beyond the stream's. */
@@ -42,6 +43,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/kcmp.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -126,7 +128,28 @@ static void slot_put(reset_slot *s) {
     atomic_fetch_sub(&s->users, 1);
 }
 
+/* A fork()ed child has one thread, the forking one, which was in no read
+ * of the table: the counts it copied are readers on the parent's other
+ * threads, which will never leave in the child, and a close of a tty it
+ * inherited (slot_leave) waited for them forever. Its own readers start
+ * at none. */
+static void slots_after_fork(void) {
+    for (int i = 0; i < RESET_SLOTS; i++)
+        atomic_store(&slots[i].users, 0);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static int fork_error; /* pthread_atfork's, if it failed */
+
+static void register_fork(void) {
+    fork_error = pthread_atfork(NULL, NULL, slots_after_fork);
+}
+
 static int slot_enter(lull_tty *t) {
+    /* Before the first entry: a child forked with one must find counts
+     * it can trust. */
+    pthread_once(&fork_once, register_fork);
+    if (fork_error) return -fork_error;
     for (int i = 0; i < RESET_SLOTS; i++) {
         int want = SLOT_FREE;
         if (!atomic_compare_exchange_strong(&slots[i].state, &want,

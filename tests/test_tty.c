@@ -516,6 +516,9 @@ TEST(two_ttys_on_one_description_reset_mode) {
 long __real_syscall(long nr, ...);
 long __wrap_syscall(long nr, ...);
 static volatile sig_atomic_t kcmp_signal;
+/* While kcmp_hold is set, a kcmp waits there (kcmp_held says it came):
+ * a thread held inside a tty's init as it reads the reset table. */
+static _Atomic bool kcmp_hold, kcmp_held;
 
 long __wrap_syscall(long nr, ...) {
     va_list ap;
@@ -528,6 +531,11 @@ long __wrap_syscall(long nr, ...) {
         int sig = kcmp_signal;
         kcmp_signal = 0;
         raise(sig);
+    }
+    if (nr == SYS_kcmp && atomic_load(&kcmp_hold)) {
+        atomic_store(&kcmp_held, true); /* held until the test lets go */
+        while (atomic_load(&kcmp_hold))
+            sched_yield();
     }
     return __real_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 }
@@ -1029,6 +1037,77 @@ TEST(tty_of_a_forked_child_on_the_parents_description_leaves_its_flags) {
     CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
     term_close_and_wait(loop, &k);
     CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    finish(loop, &p);
+}
+
+/* A thread reading the reset table (a tty's init on a shared description
+ * asking kcmp whether another tty's entry is on it) when another thread
+ * forks: the child has a copy of the reader's count on that entry and no
+ * thread to take it back, so its close of the tty it inherited waited
+ * for that reader forever. The child's counts are its own: none at the
+ * fork. */
+typedef struct held_init {
+    int fd;
+    int rc;
+} held_init;
+
+static void *init_held_at_kcmp(void *arg) {
+    held_init *h = arg;
+    lull_loop *loop = new_loop();
+    term t;
+    memset(&t, 0, sizeof t);
+    h->rc = lull_tty_init(loop, &t.t, h->fd, NULL);
+    if (h->rc == 0) {
+        lull_endpoint_set_callbacks(&t.t.stream.ep, term_frame, NULL,
+                                    term_close);
+        term_close_and_wait(loop, &t);
+    }
+    free_loop(loop);
+    return NULL;
+}
+
+TEST_THREADED(close_in_a_child_forked_while_another_thread_reads_the_table) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    term m;
+    term_init(loop, &m, p.master); /* no name: an entry for its flags */
+    held_init h = {.fd = dup(p.master), .rc = 1};
+    CHECK(h.fd >= 0);
+    atomic_store(&kcmp_held, false);
+    atomic_store(&kcmp_hold, true);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, init_held_at_kcmp, &h), 0);
+    while (!atomic_load(&kcmp_held))
+        sched_yield();
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        if (lull_tty_close(&m.t) != 0) _exit(3);
+        _exit(0);
+    }
+    /* The child's close is immediate; 10 s is a hang. */
+    int status = 0;
+    pid_t got = 0;
+    for (int i = 0; i < 10000 && got == 0; i++) {
+        got = waitpid(pid, &status, WNOHANG);
+        if (got == 0) usleep(1000);
+    }
+    if (got == 0) {
+        kill(pid, SIGKILL);
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+    }
+    atomic_store(&kcmp_hold, false);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(got, pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(h.rc, 0);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK); /* the parent's, still */
+    term_close_and_wait(loop, &m);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    close(h.fd);
     finish(loop, &p);
 }
 
