@@ -457,6 +457,71 @@ TEST_THREADED(journal_freed_in_its_last_callback_after_an_error) {
     journal_freed_in_its_last_callback(O_RDONLY, -EBADF); /* writes fail */
 }
 
+/* Two journals on one pool, each freed in its last callback: the first's
+ * callback frees it and appends to the second, whose done may come in the
+ * same batch of completions; the second frees itself in the callback of
+ * that append. Each journal lives alone in a page made inaccessible when
+ * it is freed, so a read of either after its free faults. */
+static lull_journal *two_j[2];
+static lull_append two_req[3];
+static int two_calls[3];
+
+static void two_free(int i) {
+    CHECK(!lull_journal_busy(two_j[i]));
+    CHECK_EQ(mprotect(two_j[i], page_size, PROT_NONE), 0);
+}
+
+static void two_second_done(lull_append *req, int status) {
+    CHECK_EQ(status, 0);
+    two_calls[req - two_req]++;
+    if (req == &two_req[2]) two_free(1);
+}
+
+static void two_first_done(lull_append *req, int status) {
+    CHECK_EQ(status, 0);
+    two_calls[0]++;
+    (void)req;
+    two_free(0);
+    CHECK_EQ(
+        lull_journal_append(two_j[1], &two_req[2], "z", 1, two_second_done), 0);
+}
+
+TEST_THREADED(two_journals_freed_in_their_last_callbacks) {
+    lull_loop *loop;
+    lull_pool *pool;
+    dir_loop_pool(&loop, &pool, 1);
+    int fd[2];
+    fd[0] = open_journal_file(O_WRONLY);
+    char other[sizeof path + 8];
+    snprintf(other, sizeof other, "%s.2", path);
+    fd[1] = open(other, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+    CHECK(fd[1] >= 0);
+    page_size = (size_t)sysconf(_SC_PAGESIZE);
+    void *mem[2];
+    for (int i = 0; i < 2; i++) {
+        mem[i] = mmap(NULL, page_size, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        CHECK(mem[i] != MAP_FAILED);
+        two_j[i] = mem[i];
+        CHECK_EQ(lull_journal_init(loop, pool, two_j[i], fd[i]), 0);
+        two_calls[i] = 0;
+    }
+    two_calls[2] = 0;
+    CHECK_EQ(lull_journal_append(two_j[0], &two_req[0], "x", 1, two_first_done),
+             0);
+    CHECK_EQ(
+        lull_journal_append(two_j[1], &two_req[1], "y", 1, two_second_done), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < 3; i++)
+        CHECK_EQ(two_calls[i], 1);
+    CHECK_EQ(lseek(fd[1], 0, SEEK_END), 2); /* "y" and "z" */
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(munmap(mem[i], page_size), 0);
+    close(fd[1]);
+    remove(other);
+    close_journal_case(fd[0], loop, pool, NULL);
+}
+
 /* fdatasync, wrapped (tests/CMakeLists.txt): fails with EIO while
  * fail_syncs is set, as a disk that lost the written pages reports it. */
 int __real_fdatasync(int fd);
@@ -1995,6 +2060,40 @@ TEST_THREADED(fs_scandir_cancelled_while_a_trip_is_off_the_loop) {
     CHECK_EQ(lull_fs_cancel(&R), -EINVAL); /* ended: nothing to cancel */
     /* The request is free again at once. */
     CHECK_EQ(list(in_dir("d")), 1000);
+    fs_teardown();
+}
+
+/* The same cancel from outside any turn, the trip back and its
+ * completion not yet taken by the loop: the first cancel takes (0), a
+ * second says the end is on its way (-EBUSY), the loop will not be freed
+ * under the listing (-EBUSY, unchanged), and the run that follows ends it
+ * with -ECANCELED, no batch handed over. */
+TEST_THREADED(fs_scandir_cancelled_twice_off_the_loop_then_the_loop_freed) {
+    make_dir();
+    CHECK_EQ(lull_loop_new(&L, NULL), 0);
+    CHECK_EQ(lull_pool_new(&P, &(lull_pool_options){.threads = 1}), 0);
+    memset(&R, 0, sizeof R);
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    batches = 0;
+    listing = false;
+    lull_pool_stats st;
+    lull_pool_get_stats(P, &st);
+    uint64_t before = st.completed;
+    CHECK_EQ(lull_fs_scandir(L, P, &R, in_dir("d"), on_batch, on_listed), 0);
+    do {
+        sched_yield();
+        lull_pool_get_stats(P, &st);
+    } while (st.completed < before + 1); /* the first trip is back */
+    CHECK_EQ(lull_fs_cancel(&R), 0);
+    CHECK_EQ(lull_fs_cancel(&R), -EBUSY);
+    CHECK_EQ(lull_loop_free(L), -EBUSY);
+    ncalls = 0;
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncalls, 1);
+    CHECK_EQ(last, -ECANCELED);
+    CHECK_EQ(batches, 0);
+    CHECK_EQ(lull_fs_cancel(&R), -EINVAL); /* ended */
     fs_teardown();
 }
 
