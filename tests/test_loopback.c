@@ -3485,7 +3485,7 @@ static void tr_run_delayed(size_t max_queued, uint64_t seed) {
     if (max_queued) CHECK_LE(100, TR.fails);
 }
 
-static void tr_run(int deliver, size_t max_queued, uint64_t seed) {
+static void tr_run(int deliver, size_t max_queued, uint64_t seed, bool forget) {
     int *trace = TR.trace;
     memset(&TR, 0, sizeof TR);
     TR.trace = trace;
@@ -3506,9 +3506,23 @@ static void tr_run(int deliver, size_t max_queued, uint64_t seed) {
         lull_endpoint_close(&TR.end[e].ep, 0);
     }
     CHECK(lull_loop_settle(TR.loop) >= 0);
+    if (forget) {
+        /* A pair left open, both ends paused with frames in their inboxes
+         * (owned and copied), is quiet: lull_loop_free forgets it, and
+         * the closes after it hand every frame back. */
+        CHECK_EQ(tr_try_pair(), 0);
+        for (int e = 0; e < 2; e++)
+            tr_rec(7, e, lull_endpoint_read_stop(&TR.end[e].ep));
+        for (int i = 0; i < 8; i++)
+            tr_send(i & 1);
+        CHECK(lull_loop_settle(TR.loop) >= 0);
+        CHECK_EQ(lull_loop_free(TR.loop), 0);
+        for (int e = 0; e < 2; e++)
+            tr_rec(10, e, lull_endpoint_close(&TR.end[e].ep, 0));
+    }
     for (int i = 0; i < TR_POOL; i++)
         CHECK(!TR.pool[i].frame.in_flight); /* every frame came back */
-    CHECK_EQ(lull_loop_free(TR.loop), 0);
+    if (!forget) CHECK_EQ(lull_loop_free(TR.loop), 0);
     /* What the script covered (the same in both modes when they agree). */
     CHECK_LE(2000, TR.pairs);
     CHECK_LE(10000, TR.frames);
@@ -3527,10 +3541,10 @@ TEST(task_and_zero_delay_timer_deliveries_leave_one_trace) {
         size_t bound = seed & 1 ? 24 : 0;
         uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(seed + 1);
         TR.trace = want;
-        tr_run(LULL_DELIVER_TASK, bound, s);
+        tr_run(LULL_DELIVER_TASK, bound, s, seed & 2);
         int n = TR.n;
         TR.trace = got;
-        tr_run(LULL_DELIVER_TIMER, bound, s);
+        tr_run(LULL_DELIVER_TIMER, bound, s, seed & 2);
         int first = -1;
         for (int i = 0; i < n && i < TR.n && first < 0; i++)
             if (want[i] != got[i]) first = i;
