@@ -132,28 +132,27 @@ static void complete(lull_append *list, int status, uint64_t sync) {
     }
 }
 
-/* The journal whose completions this thread is running (journal_done),
- * and whether one of them appended to it: the journal is touched after
- * its callbacks only if so. A callback that finds it idle
- * (lull_journal_busy false) may free it, which an append makes busy
- * again. Per thread, not in the journal: a freed journal cannot say it
+/* The journal whose completions its loop is running (journal_done), and
+ * whether one of them appended to it: the journal is touched after its
+ * callbacks only if so. A callback that finds it idle (lull_journal_busy
+ * false) may free it, which an append makes busy again. Kept by the loop
+ * (loop->journal_turn), not in the journal: a freed journal cannot say it
  * was freed, and lull_journal's layout is ABI. */
-typedef struct journal_turn {
+typedef struct lull__journal_turn {
     const lull_journal *j;
     bool appended;
-    struct journal_turn *outer; /* a turn of another journal's, if any */
+    struct lull__journal_turn *outer; /* another journal's, if any */
 } journal_turn;
-
-static _Thread_local journal_turn *completing;
 
 /* complete(), then whether j is still to be read: true when a callback
  * appended to it; false when it may have been freed (never read again). */
 static bool complete_watched(lull_journal *j, lull_append *list, int status,
                              uint64_t sync) {
-    journal_turn t = {.j = j, .outer = completing};
-    completing = &t;
+    lull_loop *loop = j->loop; /* outlives the callbacks; j may not */
+    journal_turn t = {.j = j, .outer = loop->journal_turn};
+    loop->journal_turn = &t;
     complete(list, status, sync);
-    completing = t.outer;
+    loop->journal_turn = t.outer;
     return t.appended;
 }
 
@@ -320,8 +319,8 @@ int lull_journal_append(lull_journal *j, lull_append *req, const void *buf,
         LULL_ASSERT(a != req, "lull: lull_journal_append of a request already "
                               "queued or in flight");
 #endif
-    if (completing && completing->j == j)
-        completing->appended = true; /* j stays in use */
+    journal_turn *turn = j->loop->journal_turn;
+    if (turn && turn->j == j) turn->appended = true; /* j stays in use */
     req->next = NULL;
     req->cb = cb;
     req->buf = buf;

@@ -281,6 +281,10 @@ struct lull_loop {
      * delivery stores at the same time: the compiler made the two stores
      * one vector store, four instructions instead of two. */
     lull_frame *delivering_frame;
+    /* The journal whose completions run now (src/fs.c: journal_done), so
+     * that an append in them tells it is still in use. The loop's, not
+     * the thread's: an append then reads no thread-local. */
+    struct lull__journal_turn *journal_turn;
     lull__registry udps; /* udp handles set up here and not yet the
                             caller's again (src/udp.c) */
     lull__registry sims; /* simulated connection ends not yet done and
