@@ -43,14 +43,14 @@ static int add_source(lull_loop *loop, lull_any_fn fn, int kind) {
     return loop->sources_len++;
 }
 
-int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind) {
+LULL__HOT int lull__source_of(lull_loop *loop, lull_any_fn fn, int kind) {
     for (int i = 0; i < loop->sources_len; i++)
         if (loop->sources[i].fn == fn && loop->sources[i].kind == kind)
             return i;
     return add_source(loop, fn, kind);
 }
 
-void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind) {
+LULL__HOT void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind) {
     int i = lull__source_of(loop, fn, kind);
     if (i >= 0) loop->sources[i].wakeups++;
 }
@@ -61,7 +61,8 @@ void lull__audit_wakeup(lull_loop *loop, lull_any_fn fn, int kind) {
  * first listener it reaches, or to that listener's pump pass in the pump's own
  * row (one row per name: the pass's wakeups beside its passes). A raise of
  * a notifier with no listener keeps the forwarder's row, labelled so. */
-void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task) {
+LULL__HOT void lull__audit_remote_wakeup(lull_loop *loop,
+                                         const lull_task *task) {
     /* A plain task (no notifier or pump behind it) is charged to its own
      * function, so its row can be remembered by that function: a
      * cross-thread ping-pong wakes the loop for the same task every time,
@@ -98,7 +99,7 @@ void lull__audit_remote_wakeup(lull_loop *loop, const lull_task *task) {
  * the pump is), so that a pump holding by the clock shows under the name
  * of its pass, beside its passes. Any other timer is charged to its own
  * callback. */
-void lull__audit_timer_wakeup(lull_loop *loop, const lull__node *n) {
+LULL__HOT void lull__audit_timer_wakeup(lull_loop *loop, const lull__node *n) {
     lull_live e = {.fd = -1};
     if (lull__pump_describe(n, &e))
         lull__audit_wakeup(loop, e.fn, LULL_SOURCE_PUMP);

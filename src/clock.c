@@ -49,7 +49,7 @@
  * a loop with tiny slices (one ping-pong per wake) is not taxed per hop. */
 #define SAMPLE_GAP_NS 100000u
 
-uint64_t lull__clock_real(void) {
+LULL__HOT uint64_t lull__clock_real(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
@@ -176,7 +176,7 @@ static inline bool timer_came_due(const lull_loop *loop, uint64_t t) {
 
 /* The read behind lull__slice_check (internal.h), which takes an
  * every_callback slice's unread end itself. */
-bool lull__slice_check_read(lull_loop *loop) {
+LULL__HOT bool lull__slice_check_read(lull_loop *loop) {
     if (!loop->in_slice) {
         loop->countdown = LULL__COUNTDOWN_IDLE;
         return false;
@@ -241,7 +241,7 @@ bool lull__slice_check_read(lull_loop *loop) {
 }
 
 /* A reading that flushes the deferred arms (lull__slice_end_time). */
-uint64_t lull__slice_read_and_flush(lull_loop *loop) {
+LULL__HOT uint64_t lull__slice_read_and_flush(lull_loop *loop) {
     uint64_t t = lull__clock_real();
     lull__timers_flush(loop, t);
     loop->time_stale = false;
@@ -250,7 +250,7 @@ uint64_t lull__slice_read_and_flush(lull_loop *loop) {
     return t;
 }
 
-uint64_t lull__time_refresh(lull_loop *loop, uint64_t stale) {
+LULL__HOT uint64_t lull__time_refresh(lull_loop *loop, uint64_t stale) {
     uint64_t t = lull__clock_real();
     loop->m.busy_ns += t - stale;
     loop->time_stale = false;

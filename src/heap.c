@@ -45,7 +45,7 @@ static inline bool fires_before(const lull__slot *a, const lull__slot *b) {
 }
 
 /* Moves the hole at p up until s fits, then fills it with s. */
-static void sift_up(lull__heap *h, uint32_t p, lull__slot s) {
+LULL__HOT static void sift_up(lull__heap *h, uint32_t p, lull__slot s) {
     lull__slot *hole = lull__heap_slot(h, p);
     while (p > ROOT) {
         uint32_t q = parent_of(p);
@@ -76,7 +76,7 @@ static inline lull__slot *least_of_eight(lull__slot *c) {
 /* Moves the hole at p down until s fits. The eight children of a
  * position are one aligned group of slots in one chunk: two cache lines a
  * level. */
-static void sift_down(lull__heap *h, uint32_t p, lull__slot s) {
+LULL__HOT static void sift_down(lull__heap *h, uint32_t p, lull__slot s) {
     uint32_t end = ROOT + h->len;
     lull__slot *hole = lull__heap_slot(h, p);
     for (;;) {
@@ -169,7 +169,8 @@ static inline void move_slot(lull__heap *h, uint32_t from, uint32_t to) {
     s->timer->node.aux = to;
 }
 
-int lull__heap_insert(lull__heap *h, lull_timer *t, uint64_t deadline) {
+LULL__HOT int lull__heap_insert(lull__heap *h, lull_timer *t,
+                                uint64_t deadline) {
     uint32_t p = ROOT + h->len;
     /* Also the first insert: cap 0. Out of line, so the common insert
      * saves no registers for it. */
@@ -187,7 +188,7 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
 
 /* Each deferred arm is in the place an insert would take (the end of the
  * heap) already: it gets its deadline there and sifts up, in arm order. */
-void lull__heap_flush(lull__heap *h, uint64_t now) {
+LULL__HOT void lull__heap_flush(lull__heap *h, uint64_t now) {
     uint32_t p = ROOT + h->len, end = p + h->pend;
     h->pend = 0;
     for (; p < end; p++) {
@@ -204,7 +205,7 @@ void lull__heap_flush(lull__heap *h, uint64_t now) {
     }
 }
 
-void lull__heap_remove_slow(lull__heap *h, lull_timer *t) {
+LULL__HOT void lull__heap_remove_slow(lull__heap *h, lull_timer *t) {
     uint32_t p = t->node.aux;
     t->node.aux = 0;
     if (p >= ROOT + h->len) {

@@ -55,7 +55,7 @@ static void count_active(lull_io *io, int delta) {
     if (!(io->flags & LULL__IO_UNREF)) io->loop->io_ref += delta;
 }
 
-int lull_io_start(lull_io *io, int events) {
+LULL__HOT int lull_io_start(lull_io *io, int events) {
     if (!io || !io->loop || !io->fn) return -EINVAL;
     if (events & ~(LULL_READABLE | LULL_WRITABLE)) return -EINVAL;
     if (!(events & (LULL_READABLE | LULL_WRITABLE))) return -EINVAL;
@@ -82,7 +82,7 @@ int lull_io_start(lull_io *io, int events) {
     return 0;
 }
 
-void lull_io_stop(lull_io *io) {
+LULL__HOT void lull_io_stop(lull_io *io) {
     if (!io || !io->loop || !(io->flags & LULL__IO_ACTIVE)) return;
     LULL_ASSERT_LOOP_THREAD(io->loop);
     lull__backend_modify(io->loop, io, io->events, 0);
@@ -111,7 +111,7 @@ void lull_io_unref(lull_io *io) {
     set_unref(io, true);
 }
 
-void lull__io_dispatch(lull_loop *loop, lull_io *io, int events) {
+LULL__HOT void lull__io_dispatch(lull_loop *loop, lull_io *io, int events) {
     loop->current = (lull_any_fn)io->fn;
     loop->tasks_run++;
     if (LULL_UNLIKELY(loop->settling)) lull__settle_note_io(loop, io);

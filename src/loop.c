@@ -200,19 +200,19 @@ static inline void run_flush(lull_loop *loop) {
     if (!lull__queue_empty(&loop->flush)) run_flush_slow(loop);
 }
 
-bool lull_loop_alive(lull_loop *loop) {
+LULL__HOT bool lull_loop_alive(lull_loop *loop) {
     if (!loop) return false;
     return ready_now(loop) || loop->timers_ref || loop->io_ref || loop->refs;
 }
 
-static bool alive_for_run(lull_loop *loop) {
+LULL__HOT static bool alive_for_run(lull_loop *loop) {
     return ready_now(loop) || (loop->timers_ref && timers_can_fire(loop)) ||
            loop->io_ref || loop->refs;
 }
 
 /* How long the poll may block, in ns: 0 when there is work or nothing to
  * wait for, -1 when only an fd or a remote post can wake the loop. */
-static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
+LULL__HOT static int64_t poll_timeout(lull_loop *loop, uint64_t real_now) {
     if (ready_now(loop) || loop->stop || !alive_for_run(loop)) return 0;
     if (loop->virtual_clock) {
         if (loop->io_ref || loop->refs) {
@@ -290,10 +290,9 @@ static void poll_failed(lull_loop *loop, int err) {
  * futex instead (src/remote.c): a remote post then wakes it at futex cost.
  * *timeout becomes 0 if a post arrived before the loop could sleep.
  * Returns the number of fd events collected. */
-__attribute__((noinline)) static int wait_for_work(lull_loop *loop,
-                                                   int64_t *timeout_io,
-                                                   uint64_t t0,
-                                                   bool *signalled) {
+LULL__HOT __attribute__((noinline)) static int
+wait_for_work(lull_loop *loop, int64_t *timeout_io, uint64_t t0,
+              bool *signalled) {
     int64_t timeout = *timeout_io;
     int how = timeout == 0                             ? LULL__AWAKE
               : loop->io_active || loop->futex_refused ? LULL__SLEEP_EPOLL
@@ -352,7 +351,7 @@ static void attribute_timer_wakeup(lull_loop *loop) {
 
 /* After a wait that may have blocked: the time it ended, counted as idle,
  * and the wakeup counted. */
-__attribute__((noinline)) static uint64_t
+LULL__HOT __attribute__((noinline)) static uint64_t
 woke(lull_loop *loop, int n, uint64_t t0, bool signalled, int64_t asked) {
     uint64_t t1 = lull__clock_real();
     loop->m.idle_ns += t1 - t0;
@@ -534,7 +533,7 @@ iterate(lull_loop *loop, bool may_block, uint64_t t0) {
     return iterate_rest(loop, may_block, collected);
 }
 
-__attribute__((noinline)) static uint64_t
+LULL__HOT __attribute__((noinline)) static uint64_t
 iterate_once(lull_loop *loop, bool may_block, uint64_t t0) {
     return iterate(loop, may_block, t0);
 }
@@ -595,16 +594,16 @@ __attribute__((noinline)) static uint64_t plain_hop_found(lull_loop *loop,
 
 /* The callback left something else to do: the rest of the ready queue's
  * run (when it did not end the slice), then the iteration's end. */
-__attribute__((noinline)) static uint64_t plain_hop_ends(lull_loop *loop,
-                                                         bool spent) {
+LULL__HOT __attribute__((noinline)) static uint64_t
+plain_hop_ends(lull_loop *loop, bool spent) {
     if (!spent) lull__run_queue(loop, &loop->ready);
     return end_iteration(loop);
 }
 
 /* Runs plain hops from the unread state at t; returns the reading that
  * ends the last iteration, as iterate does. */
-__attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
-                                                     uint64_t t) {
+LULL__HOT __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
+                                                               uint64_t t) {
     /* As poll_and_dispatch_io begins a slice, once for all the hops: now
      * moves to t (a renewed slice, lull__slice_renew, starts at a reading
      * now has not taken), and the begin takes its intact case. */
@@ -637,7 +636,7 @@ __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
  * create and set it up, then start the thread that runs it, and that
  * thread must then be free to post between its own runs. The hand-over is
  * ordered by whatever started the thread. */
-static int run_begin(lull_loop *loop) {
+LULL__HOT static int run_begin(lull_loop *loop) {
     LULL_ASSERT_OWN_PROCESS(loop);
     /* Claimed with a compare-and-swap, not a test and a store: two threads
      * that called lull_loop_run at once both saw it false and ran the loop
@@ -669,7 +668,7 @@ static int run_begin(lull_loop *loop) {
     return 0;
 }
 
-static void run_end(lull_loop *loop) {
+LULL__HOT static void run_end(lull_loop *loop) {
     /* The busy time an every_callback run has not read yet. */
     if (loop->time_stale) (void)lull__time_refresh(loop, loop->read_time);
     if (loop->slack_restore >= 0)
@@ -702,7 +701,7 @@ static void run_once(lull_loop *loop, uint64_t t) {
     }
 }
 
-int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
+LULL__HOT int lull_loop_run(lull_loop *loop, lull_run_mode mode) {
     if (!loop) return -EINVAL;
     if (mode != LULL_RUN_DEFAULT && mode != LULL_RUN_ONCE &&
         mode != LULL_RUN_NOWAIT)
@@ -770,7 +769,7 @@ int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns) {
     return 0;
 }
 
-void lull_loop_stop(lull_loop *loop) {
+LULL__HOT void lull_loop_stop(lull_loop *loop) {
     if (!loop) return;
     /* Before the test of `running`, which another thread's run writes: a
      * stop from the wrong thread is misuse whether or not a run is on. */

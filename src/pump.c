@@ -210,7 +210,7 @@ bool lull_pump_quiet(const lull_pump *pump) {
                      !lull_timer_active(&pump->retry));
 }
 
-bool lull__pump_describe(const lull__node *n, lull_live *out) {
+LULL__HOT bool lull__pump_describe(const lull__node *n, lull_live *out) {
     const lull_pump *p;
     if (n->flags & LULL__NODE_TIMER) {
         if (n->fn.timer != pass_retry) return false;

@@ -81,7 +81,7 @@ static char claimed_marker, end_marker;
 #define CLAIMED ((lull_task *)(void *)&claimed_marker)
 #define END     ((lull_task *)(void *)&end_marker)
 
-static void wake_loop(lull_loop *loop) {
+LULL__HOT static void wake_loop(lull_loop *loop) {
     uint64_t one = 1;
     while (write(loop->remote_fd, &one, sizeof one) < 0) {
         if (errno == EINTR) continue;
@@ -108,7 +108,7 @@ static void wake_loop(lull_loop *loop) {
  * stack and must wake the loop and drop its count (lull__post_remote_wake),
  * which it may do after releasing its own locks (a pool worker: the loop's
  * next submit does not wait behind the wake-up). */
-int lull__post_remote_push(lull_loop *loop, lull_task *task) {
+LULL__HOT int lull__post_remote_push(lull_loop *loop, lull_task *task) {
     /* Claims the task, or finds it queued (or being pushed) and is
      * coalesced into the run it gets anyway. A coalesced post must still
      * publish what its poster wrote before it, or the task's run need not
@@ -155,7 +155,7 @@ int lull__post_remote_push(lull_loop *loop, lull_task *task) {
 }
 
 /* The wake half, after a push that returned 1. */
-void lull__post_remote_wake(lull_loop *loop) {
+LULL__HOT void lull__post_remote_wake(lull_loop *loop) {
     int sleeping = __atomic_load_n(&loop->sleeping, __ATOMIC_SEQ_CST);
     if (sleeping == LULL__SLEEP_EPOLL) {
         wake_loop(loop);
@@ -175,7 +175,7 @@ void lull__post_remote_forked(lull_loop *loop, lull_task *task) {
         __atomic_fetch_sub(&loop->posters, 1, __ATOMIC_RELEASE);
 }
 
-void lull_task_post_remote(lull_loop *loop, lull_task *task) {
+LULL__HOT void lull_task_post_remote(lull_loop *loop, lull_task *task) {
     /* A task never set up: as lull_task_post (src/task.c). */
     if (LULL_UNLIKELY(!loop || !task || !task->node.fn.task)) {
         LULL_ASSERT(!task || !loop, "lull: posting a task with no function");
@@ -194,7 +194,7 @@ void lull__remote_quiesce(lull_loop *loop) {
 }
 
 /* Takes every remote post and queues it locally, oldest first. */
-void lull__remote_drain(lull_loop *loop) {
+LULL__HOT void lull__remote_drain(lull_loop *loop) {
     lull_task *stack =
         __atomic_exchange_n(&loop->remote_head, NULL, __ATOMIC_ACQUIRE);
     /* The stack is newest first: reverse it through the claimed links. */
@@ -234,7 +234,7 @@ void lull__remote_drain(lull_loop *loop) {
 
 /* Called with a blocking wait ahead: announces how the loop will sleep, and
  * says whether it may (false: a post arrived meanwhile, do not block). */
-bool lull__remote_sleep(lull_loop *loop, int how) {
+LULL__HOT bool lull__remote_sleep(lull_loop *loop, int how) {
     __atomic_store_n(&loop->sleeping, how, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&loop->remote_head, __ATOMIC_SEQ_CST) == NULL)
         return true;
@@ -242,7 +242,7 @@ bool lull__remote_sleep(lull_loop *loop, int how) {
     return false;
 }
 
-void lull__remote_awake(lull_loop *loop) {
+LULL__HOT void lull__remote_awake(lull_loop *loop) {
     __atomic_store_n(&loop->sleeping, LULL__AWAKE, __ATOMIC_RELAXED);
 }
 
@@ -251,7 +251,8 @@ void lull__remote_awake(lull_loop *loop) {
  * Spurious returns are harmless: the loop simply iterates. Returns 0, or
  * the futex call's errno: EINTR (a signal), EAGAIN (a poster swapped the
  * word first), ETIMEDOUT, or another when the kernel refused to wait. */
-int lull__remote_wait(lull_loop *loop, int64_t timeout_ns, uint64_t now_ns) {
+LULL__HOT int lull__remote_wait(lull_loop *loop, int64_t timeout_ns,
+                                uint64_t now_ns) {
     struct timespec deadline, *dp = NULL;
     if (timeout_ns >= 0) {
         uint64_t at = now_ns + (uint64_t)timeout_ns;

@@ -29,7 +29,7 @@ int lull_task_init(lull_task *task, lull_task_fn fn) {
     return 0;
 }
 
-void lull_task_post(lull_loop *loop, lull_task *task) {
+LULL__HOT void lull_task_post(lull_loop *loop, lull_task *task) {
     if (LULL_UNLIKELY(!loop || !task)) return;
     LULL_ASSERT_LOOP_THREAD(loop);
     /* A task never set up (no function) is a programming error: debug
@@ -40,7 +40,7 @@ void lull_task_post(lull_loop *loop, lull_task *task) {
     lull__post(loop, task);
 }
 
-void lull_task_cancel(lull_task *task) {
+LULL__HOT void lull_task_cancel(lull_task *task) {
     if (!task || !lull__node_queued(&task->node)) return;
     /* A queued task knows its loop (a post, or lull__at_flush, wrote it):
      * an unlink from another thread races that loop's runner. */

@@ -113,7 +113,8 @@ static inline void count_armed(lull_loop *loop, const lull_timer *t) {
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref++;
 }
 
-static void heap_add(lull_loop *loop, lull_timer *t, uint64_t deadline) {
+LULL__HOT static void heap_add(lull_loop *loop, lull_timer *t,
+                               uint64_t deadline) {
     arm_order(loop, t);
     if (lull__heap_push(&loop->heap, t, deadline) != 0) heap_oom();
     count_armed(loop, t);
@@ -378,7 +379,7 @@ static inline void arm_delayed(lull_loop *loop, lull_timer *t, uint64_t delay) {
  * must cost what a posted task costs (C3). It takes lull_timer_start's
  * arguments in their order, so the call is a bare jump, and the common
  * arm moves none of them out of the way. */
-__attribute__((noinline)) static void
+LULL__HOT __attribute__((noinline)) static void
 timer_start_slow(lull_timer *timer, uint64_t delay_ns, uint64_t repeat_ns) {
     lull_loop *loop = timer->loop;
     timer_unlink(loop, timer);
@@ -394,8 +395,8 @@ timer_start_slow(lull_timer *timer, uint64_t delay_ns, uint64_t repeat_ns) {
     arm_delayed(loop, timer, delay_ns);
 }
 
-void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
-                      uint64_t repeat_ns) {
+LULL__HOT void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
+                                uint64_t repeat_ns) {
     if (LULL_UNLIKELY(!timer || !timer->loop)) return;
     lull_loop *loop = timer->loop;
     LULL_ASSERT_LOOP_THREAD(loop);
@@ -423,7 +424,7 @@ void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
     timer_start_slow(timer, delay_ns, repeat_ns);
 }
 
-void lull_timer_stop(lull_timer *timer) {
+LULL__HOT void lull_timer_stop(lull_timer *timer) {
     if (!timer || !timer->loop || !lull__timer_armed(timer)) return;
     LULL_ASSERT_LOOP_THREAD(timer->loop);
     timer_unlink(timer->loop, timer);
@@ -494,7 +495,7 @@ static uint64_t next_deadline(uint64_t deadline, uint64_t period, uint64_t now,
  * fired at the end of the clock (UINT64_MAX, where deadlines saturate) has
  * no next period and ends: re-armed there, it would be due again at once,
  * and this loop would never finish. */
-void lull__timers_expire(lull_loop *loop, uint64_t now) {
+LULL__HOT void lull__timers_expire(lull_loop *loop, uint64_t now) {
     lull__heap *h = &loop->heap;
     while (h->len && lull__heap_min_deadline(h) <= now) {
         uint64_t deadline = lull__heap_min_deadline(h);
@@ -530,7 +531,7 @@ static _Thread_local const lull_loop *due_loop
 
 /* Like lull__run_queue on the due list (stopping only for lull_loop_stop), and
  * tells lull_timer_overrun which timer fires and for how many periods. */
-void lull__timers_run_due(lull_loop *loop) {
+LULL__HOT void lull__timers_run_due(lull_loop *loop) {
     lull__node *q = &loop->due;
     const lull_loop *outer = due_loop;
     due_loop = loop;
@@ -580,7 +581,7 @@ uint64_t lull_timer_fire_deadline(const lull_timer *timer) {
 }
 
 /* ns until the earliest deadline (0 if due), or -1 with no timer. */
-int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now) {
+LULL__HOT int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now) {
     if (!loop->heap.len) return -1;
     uint64_t deadline = lull__heap_min_deadline(&loop->heap);
     if (deadline <= now) return 0;
