@@ -239,10 +239,12 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
  * Call it on the thread that forked, which must own the loop: fork on the
  * loop's thread (inside a callback is fine), or while no thread runs it
  * (then lull_loop_adopt in the child makes the forking thread the owner).
- * No other thread may be inside lull_task_post_remote or
- * lull_notifier_raise_remote on this loop at the fork: the child gets that
- * post half-made (its task stays claimed, the notifier's quiesce waits for
- * ever), and nothing in the child can tell.
+ * A thread inside lull_task_post_remote on this loop at the fork leaves
+ * the child that post half-made (its task stays claimed: a post of it
+ * there never runs until lull_task_init), and nothing in the child can
+ * tell. A notifier whose listeners are on this loop is put right here:
+ * its quiesce does not wait for a raiser the child lacks, and a raise
+ * claimed but not pushed is made in the child.
  * 0, or a negative errno: the loop is then unusable in the child; -EINVAL
  * (the loop untouched) in a process that has not forked since the loop was
  * made or last given its own state. */

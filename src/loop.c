@@ -891,6 +891,8 @@ int lull_loop_fork(lull_loop *loop) {
         return err;
     }
     err = lull__remote_fork(loop);
-    if (err == 0) loop->pid = getpid(); /* the kernel state is this one's */
-    return err;
+    if (err) return err;
+    loop->pid = getpid(); /* the kernel state is this one's */
+    lull__notify_fork(loop);
+    return 0;
 }

@@ -173,6 +173,28 @@ void lull_notifier_quiesce(lull_loop *loop, lull_notifier *n) {
     lull_task_cancel(&n->remote);
 }
 
+/* lull_loop_fork, in the child: a thread that was inside
+ * lull_notifier_raise_remote at the fork is not there, and never leaves.
+ * Its count would keep lull_notifier_quiesce waiting for ever, and a claim
+ * it had made of n->remote but not yet pushed would leave the task looking
+ * queued on no stack, so that every raise in the child was taken as
+ * coalesced into one that never runs. The stack is taken first: after it,
+ * a link still set is such a claim. The raise it was making is made here
+ * (a raise is a hint to look: one more loses nothing). Notifiers whose
+ * listeners are on this loop are the ones it can reach; a raise of
+ * another goes to the loop its listeners are on. */
+void lull__notify_fork(lull_loop *loop) {
+    lull__remote_drain(loop);
+    for (lull_listener *l = loop->listening; l; l = l->loop_next) {
+        lull_notifier *n = l->notifier;
+        __atomic_store_n(&n->raisers, 0u, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&n->remote.remote_next, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&n->remote.remote_next, NULL, __ATOMIC_RELAXED);
+            lull_task_post(loop, &n->remote);
+        }
+    }
+}
+
 lull_any_fn lull__listener_fn(const lull_listener *l) {
     if (l->fn) return (lull_any_fn)l->fn;
     lull_live pump;

@@ -20,6 +20,7 @@
 #include <sys/epoll.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -729,6 +730,134 @@ TEST_THREADED(notifier_quiesce_waits_for_a_raiser_inside_notify_remote) {
     CHECK_EQ(pthread_join(th, NULL), 0);
     CHECK(!atomic_load(&late));
     CHECK_EQ(lull_loop_free(hr.loop), 0);
+}
+
+/* A fork in a listener while another thread is inside
+ * lull_notifier_raise_remote (held in its wake): that thread does not exist
+ * in the child, so nothing there will ever leave the raise. The child's
+ * lull_notifier_quiesce must not wait for it (it span for ever), and a raise
+ * of its own must reach its listener. How each child ends is its exit
+ * status: 0 done, 2 the raise never arrived; a quiesce that spins is
+ * killed by the child's alarm. */
+typedef struct fork_raise {
+    held_raise hr;
+    lull_timer limit; /* the child's: the raise never arrived */
+    bool child;
+} fork_raise;
+
+static fork_raise fr;
+
+static void on_child_limit(lull_timer *t) {
+    (void)t;
+    _exit(2);
+}
+
+static void fork_in_listener(lull_listener *l);
+
+/* The child's listener: its own raise arrived. */
+static void child_heard(lull_listener *l) {
+    lull_listener_stop(l);
+    alarm(2);
+    lull_notifier_quiesce(fr.hr.loop, &fr.hr.n);
+    _exit(0);
+}
+
+static int fork_and_wait(void) {
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(2); /* SIGALRM's default action: a spinning child dies */
+        fr.child = true;
+        if (lull_loop_fork(fr.hr.loop) != 0) _exit(3);
+        return -1;
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void fork_in_listener(lull_listener *l) {
+    (void)l;
+    fr.hr.runs++;
+    int status = fork_and_wait();
+    if (status < 0) { /* the child: quiesce, then a raise of its own */
+        lull_notifier_quiesce(fr.hr.loop, &fr.hr.n);
+        lull_listener_stop(&fr.hr.l);
+        lull_listener_start(fr.hr.loop, &fr.hr.n, &fr.hr.l, child_heard);
+        lull_timer_init(fr.hr.loop, &fr.limit, on_child_limit);
+        lull_timer_start(&fr.limit, 1000000000ull, 0);
+        lull_notifier_raise_remote(fr.hr.loop, &fr.hr.n);
+        return;
+    }
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    lull_listener_stop(&fr.hr.l);
+    lull_loop_unref(fr.hr.loop);
+}
+
+TEST_THREADED(fork_amid_a_raise_leaves_the_child_a_usable_notifier) {
+    fr = (fork_raise){0};
+    atomic_store(&held, false);
+    atomic_store(&freed, false);
+    atomic_store(&late, false);
+    loop_thread = pthread_self();
+    struct sigaction sa = {.sa_handler = on_signal};
+    CHECK_EQ(sigaction(SIGUSR1, &sa, NULL), 0);
+    CHECK_EQ(lull_loop_new(&fr.hr.loop, NULL), 0);
+    lull_notifier_init(&fr.hr.n);
+    lull_listener_start(fr.hr.loop, &fr.hr.n, &fr.hr.l, fork_in_listener);
+    lull_loop_ref(fr.hr.loop);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, raise_held, &fr.hr), 0);
+    CHECK_EQ(lull_loop_run(fr.hr.loop, LULL_RUN_DEFAULT), 0);
+    CHECK(atomic_load(&held)); /* the fork came while it was inside */
+    CHECK_EQ(fr.hr.runs, 1);
+    atomic_store(&freed, true); /* lets the raiser go */
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    lull_notifier_quiesce(fr.hr.loop, &fr.hr.n);
+    CHECK_EQ(lull_loop_free(fr.hr.loop), 0);
+}
+
+/* The narrower moment of the same fork: the raiser had claimed the
+ * notifier's task (or linked it to the stack's head) and not yet pushed
+ * it. In the child the task looks queued, yet is on no stack: every raise
+ * there was taken as coalesced into one that never runs. No call can be
+ * held between the claim and the push, so the child sets that state
+ * itself (any non-NULL link that is not on the stack). */
+static lull_task not_on_the_stack;
+
+static void fork_with_a_claimed_raise(lull_listener *l) {
+    (void)l;
+    fr.hr.runs++;
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(2);
+        __atomic_store_n(&fr.hr.n.remote.remote_next, &not_on_the_stack,
+                         __ATOMIC_RELAXED);
+        if (lull_loop_fork(fr.hr.loop) != 0) _exit(3);
+        lull_listener_stop(&fr.hr.l);
+        lull_listener_start(fr.hr.loop, &fr.hr.n, &fr.hr.l, child_heard);
+        lull_timer_init(fr.hr.loop, &fr.limit, on_child_limit);
+        lull_timer_start(&fr.limit, 1000000000ull, 0);
+        lull_notifier_raise_remote(fr.hr.loop, &fr.hr.n);
+        return;
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    lull_listener_stop(&fr.hr.l);
+}
+
+TEST(fork_with_a_raise_claimed_but_not_pushed_delivers_the_childs_raise) {
+    fr = (fork_raise){0};
+    CHECK_EQ(lull_loop_new(&fr.hr.loop, NULL), 0);
+    lull_notifier_init(&fr.hr.n);
+    lull_listener_start(fr.hr.loop, &fr.hr.n, &fr.hr.l,
+                        fork_with_a_claimed_raise);
+    lull_notifier_raise(&fr.hr.n);
+    CHECK_EQ(lull_loop_run(fr.hr.loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(fr.hr.runs, 1);
+    CHECK_EQ(lull_loop_free(fr.hr.loop), 0);
 }
 
 /* --------------------------------- a post exactly as the loop goes to sleep */
