@@ -974,6 +974,8 @@ static bool progress(lull_tls *t) {
         }
         t->state |= T_OPEN;
         lull_timer_stop(&t->timer);
+        /* Paused during it: the socket stops now (lull__tls_read). */
+        if (!(t->state & T_READING)) (void)lull_stream_read_stop(&t->stream);
         if (send_out(t) < 0) return true;
         if (t->on_handshake) {
             guard g;
@@ -1239,6 +1241,14 @@ int lull__tls_read(lull_endpoint *ep, bool on) {
     LULL_ASSERT_LOOP_THREAD(t->loop);
     if (!on) {
         t->state &= ~T_READING;
+        /* The socket stops too, as a paused stream's: its idle clock
+         * stands still (the stream counts no idle time while paused with
+         * nothing to write) and the peer's bytes wait in the kernel, not
+         * in `saved`. A handshake goes on (progress stops the socket once
+         * it completes), and after the peer's close_notify the socket is
+         * read to its EOF, which ends the connection. */
+        if ((t->state & (T_OPEN | T_PEER_SHUT)) == T_OPEN)
+            (void)lull_stream_read_stop(&t->stream);
         return 0;
     }
     if (t->state & T_READING) return 0;

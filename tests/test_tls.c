@@ -3950,3 +3950,46 @@ TEST(handshake_timeout_starts_once_connected) {
     close(l);
     finish(loop, NULL, cctx);
 }
+
+/* Reading paused by the owner with nothing queued to write: as on a
+ * stream (test_stream's idle_timeout_does_not_run_while_paused_by_the_owner)
+ * the idle clock stands still, and runs again from the resume. The
+ * socket under the records went on reading while the endpoint was
+ * paused, so the stream's clock ran, and a paused connection closed with
+ * -ETIMEDOUT one idle_timeout_ns later. */
+static void paused_idle(bool before_handshake) {
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    lull_tls_options co = opts_hs("localhost"), so = opts_hs(NULL);
+    so.stream.idle_timeout_ns = 1000000000ull;
+    end_pair_opts(loop, &c, cctx, &co, &s, sctx, &so);
+    /* Before the handshake: it goes on, and the pause begins after it. */
+    if (before_handshake) CHECK_EQ(lull_endpoint_read_stop(&s.t.ep), 0);
+    for (int i = 0; i < 20; i++)
+        lull_loop_settle(loop);
+    CHECK(s.handshaken && c.handshaken);
+    if (!before_handshake) CHECK_EQ(lull_endpoint_read_stop(&s.t.ep), 0);
+    lull_loop_advance(loop, 5000000000ull); /* 5 s paused */
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.frames, 0);
+    CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+    lull_loop_advance(loop, 900000000ull); /* 0.9 s after the resume */
+    CHECK_EQ(s.closes, 0);
+    lull_loop_advance(loop, 200000000ull);
+    CHECK_EQ(s.closes, 1);
+    CHECK_EQ(s.reason, -ETIMEDOUT);
+    settle_closes(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
+
+TEST(idle_timeout_does_not_run_while_paused_by_the_owner) {
+    if (skip()) return;
+    paused_idle(false);
+}
+
+TEST(idle_timeout_does_not_run_while_paused_from_before_the_handshake) {
+    if (skip()) return;
+    paused_idle(true);
+}
