@@ -249,6 +249,10 @@ typedef struct outq {
     lull_frame *plain_done, *plain_done_tail; /* the user's frames whose chunks
                          were written (or dropped): released by progress,
                          in a callback context of ours */
+    /* A client's server_name when it is an IP address, which is sent as
+     * no SNI (RFC 6066): the name its session is kept under
+     * (on_new_session). INET6_ADDRSTRLEN: the longest literal. */
+    char ip_name[INET6_ADDRSTRLEN];
 } outq;
 
 typedef struct guard guard;
@@ -1351,6 +1355,9 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
             bool literal = inet_pton(AF_INET, name, ip) == 1 ||
                            inet_pton(AF_INET6, name, ip) == 1;
             if (!literal) SSL_set_tlsext_host_name(ssl, name);
+            if (literal) /* inet_pton took it: it fits */
+                snprintf(out_of(t)->ip_name, sizeof out_of(t)->ip_name, "%s",
+                         name);
             if (ctx->verify) {
                 int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(
                                        SSL_get0_param(ssl), name)
@@ -1542,6 +1549,10 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 static int on_new_session(SSL *ssl, SSL_SESSION *sess) {
     lull_tls_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     const char *host = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    lull_tls *t = SSL_get_app_data(ssl);
+    /* An address is no SNI: its session is kept under the address. */
+    if (!host && t && t->out && out_of(t)->ip_name[0])
+        host = out_of(t)->ip_name;
     if (!ctx || !host) return 0;
     char *h = strdup(host);
     if (!h) return 0;

@@ -1063,10 +1063,10 @@ TEST(mutual_tls_with_a_client_certificate) {
 }
 
 /* One exchange on a fresh pair; whether it resumed, at each end. */
-static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
-                         lull_tls_ctx *sctx, bool *cres, bool *sres) {
+static void exchange_to(lull_loop *loop, lull_tls_ctx *cctx, lull_tls_ctx *sctx,
+                        const char *name, bool *cres, bool *sres) {
     end c, s;
-    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    end_pair(loop, &c, cctx, &s, sctx, name);
     send_and_wait(loop, &c, &s, "ping");
     send_and_wait(loop, &s, &c, "pong");
     CHECK_EQ(c.frames, 1);
@@ -1075,18 +1075,28 @@ static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
     close_cleanly(loop, &c, &s);
 }
 
-/* Two exchanges with a client context of cc (NULL: the default): the
- * first is a full handshake, the second resumes at both ends. */
-static void check_resumption(const lull_tls_config *cc) {
+static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
+                         lull_tls_ctx *sctx, bool *cres, bool *sres) {
+    exchange_to(loop, cctx, sctx, "localhost", cres, sres);
+}
+
+/* Two exchanges with a client context of cc (NULL: the default) to the
+ * server named `name`: the first is a full handshake, the second resumes
+ * at both ends. */
+static void check_resumption_to(const lull_tls_config *cc, const char *name) {
     setup();
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(cc);
     bool cr, sr;
-    one_exchange(loop, cctx, sctx, &cr, &sr);
+    exchange_to(loop, cctx, sctx, name, &cr, &sr);
     CHECK(!cr && !sr);
-    one_exchange(loop, cctx, sctx, &cr, &sr);
+    exchange_to(loop, cctx, sctx, name, &cr, &sr);
     CHECK(cr && sr);
     finish(loop, sctx, cctx);
+}
+
+static void check_resumption(const lull_tls_config *cc) {
+    check_resumption_to(cc, "localhost");
 }
 
 TEST(session_resumption_with_tickets) {
@@ -1098,6 +1108,20 @@ TEST(session_resumption_over_tls12) {
     if (skip()) return;
     lull_tls_config cc = {.max_version = 0x0303};
     check_resumption(&cc);
+}
+
+/* A server named by its address (a replica's --replica-of 127.0.0.1):
+ * a client sends no SNI for it (RFC 6066), and the session was kept
+ * under the SNI name alone, so such a connection never resumed. */
+TEST(session_resumption_to_an_ip_address) {
+    if (skip()) return;
+    check_resumption_to(NULL, "127.0.0.1");
+}
+
+TEST(session_resumption_to_an_ip_address_over_tls12) {
+    if (skip()) return;
+    lull_tls_config cc = {.max_version = 0x0303};
+    check_resumption_to(&cc, "127.0.0.1");
 }
 
 /* A ticket offered to a server of another context: that server cannot
