@@ -458,6 +458,8 @@ static void chunk_give_plain(outq *q, chunk *c) {
  * still waiting for room (encryption stopped at the stream's mark, which
  * the stream may never have reached, so no drain will come), encrypt more
  * at the next flush point. */
+static void fail_later(lull_tls *t, int reason);
+
 static void chunk_release(lull_frame *f) {
     chunk *c = LULL_CONTAINER_OF(f, chunk, frame);
     lull_tls *t = c->owner;
@@ -479,6 +481,14 @@ static void chunk_release(lull_frame *f) {
         t->state = (t->state & ~T_STALL) | T_RESUME;
         lull_task_post(t->loop, &t->event);
     }
+    /* After the peer's close_notify (peer_closed), ours and all before it
+     * were written: the connection is done, closed with 0 in a later
+     * turn. The peer's EOF is not waited for: a peer may hold its socket
+     * open once it read our close_notify. */
+    if ((t->state & (T_PEER_SHUT | T_SHUT_SENT)) ==
+            (T_PEER_SHUT | T_SHUT_SENT) &&
+        t->stream.ep.queued == 0 && !(t->ep.flags & LULL__EP_CLOSED))
+        fail_later(t, 0);
     if (q->nspare >= SPARE_MAX) {
         free(c);
         return;
@@ -849,22 +859,22 @@ static void on_stream_end(lull_stream *s) {
 
 /* The peer's close_notify: answer it and close with 0 (a frame cut short
  * is a protocol error, as at a stream's EOF). Unless this end still has
- * frames to encrypt, or a shutdown of ours records the stream has not
- * written: the shutdown was asked to deliver them before the end; and
- * frames sent without one are the answer to what came with the
- * close_notify (TLS 1.3 makes it a half-close), which the close would
- * drop behind a clean close_notify, so a shutdown begins, as a stream's
- * EOF writes its queue before the end; further sends are refused. It
- * goes on, reading nothing more, and its close_notify, then the stream's
- * EOF, end it (on_stream_close). True then. (Records alone in the
- * stream's queue without a shutdown, the session tickets say, get the
- * close's last write, as before.) */
+ * frames to encrypt, or records the stream has not written: a shutdown
+ * of ours was asked to deliver them before the end; and frames sent
+ * without one are the answer to what came with the close_notify (TLS 1.3
+ * makes it a half-close), which the close would drop behind a clean
+ * close_notify (the close's last write takes what the socket takes, and
+ * a peer that reads later found the rest cut off), so a shutdown begins,
+ * as a stream's EOF writes its queue before the end; further sends are
+ * refused. It goes on, reading nothing more, and once its close_notify
+ * was written (chunk_release), or the stream's EOF came (on_stream_close),
+ * it ends with 0. True then. */
 static bool peer_closed(lull_tls *t) {
     int reason = 0;
     if (framed(t) && t->pend > t->pstart) {
         set_why(t, "close_notify inside a frame");
         reason = -EPROTO;
-    } else if (t->head || ((t->state & T_SHUT) && t->stream.ep.queued > 0)) {
+    } else if (t->head || t->stream.ep.queued > 0) {
         if (!(t->state & T_SHUT)) {
             t->state |= T_SHUT;
             t->ep.flags |= LULL__EP_PEER_GONE;

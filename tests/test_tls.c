@@ -1284,6 +1284,51 @@ TEST(shutdown_writes_its_queue_after_the_peers_close_notify) {
     finish(loop, sctx, cctx);
 }
 
+/* The peer's close_notify while this end's replies are all encrypted but
+ * still queued as records behind a socket the peer has not read yet, and
+ * no shutdown of ours: the records leave first, then this end's
+ * close_notify, as a stream writes its queue after the peer's EOF. The
+ * close wrote what the socket took and dropped the rest, said 0 and
+ * released every frame, and the peer read part of them, then a
+ * truncation. */
+TEST(records_queued_behind_a_full_socket_leave_after_the_peers_close_notify) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    CHECK_EQ(lull_endpoint_read_stop(&c.t.ep), 0); /* reads nothing yet */
+    /* Small replies while the server is writable, until every one is
+     * encrypted and records wait for the socket. */
+    static char payload[1000];
+    int frames = 0;
+    bool stuck = false;
+    for (int i = 0; i < 10000 && !stuck; i++) {
+        if (lull_endpoint_writable(&s.t.ep)) {
+            CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, payload, sizeof payload),
+                     0);
+            frames++;
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        stuck = s.t.ep.queued == 0 && s.t.stream.ep.queued > 0 &&
+                !lull_endpoint_writable(&s.t.stream.ep);
+    }
+    CHECK(stuck);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0); /* its close_notify */
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.closes, 0); /* its records wait for the reader */
+    CHECK_EQ(lull_endpoint_read_start(&c.t.ep), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.frames, frames);
+    CHECK_EQ(c.bytes, (size_t)frames * sizeof payload);
+    CHECK_EQ(c.reason, 0);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(s.closes, 1);
+    finish(loop, sctx, cctx);
+}
+
 /* The shutdown's drain after the peer's close_notify (the case above),
  * ended three hostile ways: the peer goes away before reading it (its
  * frames cannot all arrive: an error, not a clean 0), this end closes
