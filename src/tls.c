@@ -249,6 +249,10 @@ typedef struct outq {
     lull_frame *plain_done, *plain_done_tail; /* the user's frames whose chunks
                          were written (or dropped): released by progress,
                          in a callback context of ours */
+    /* A client's server_name when it is an IP address, which is sent as
+     * no SNI (RFC 6066): the name its session is kept under
+     * (on_new_session). INET6_ADDRSTRLEN: the longest literal. */
+    char ip_name[INET6_ADDRSTRLEN];
 } outq;
 
 typedef struct guard guard;
@@ -454,6 +458,8 @@ static void chunk_give_plain(outq *q, chunk *c) {
  * still waiting for room (encryption stopped at the stream's mark, which
  * the stream may never have reached, so no drain will come), encrypt more
  * at the next flush point. */
+static void fail_later(lull_tls *t, int reason);
+
 static void chunk_release(lull_frame *f) {
     chunk *c = LULL_CONTAINER_OF(f, chunk, frame);
     lull_tls *t = c->owner;
@@ -475,6 +481,14 @@ static void chunk_release(lull_frame *f) {
         t->state = (t->state & ~T_STALL) | T_RESUME;
         lull_task_post(t->loop, &t->event);
     }
+    /* After the peer's close_notify (peer_closed), ours and all before it
+     * were written: the connection is done, closed with 0 in a later
+     * turn. The peer's EOF is not waited for: a peer may hold its socket
+     * open once it read our close_notify. */
+    if ((t->state & (T_PEER_SHUT | T_SHUT_SENT)) ==
+            (T_PEER_SHUT | T_SHUT_SENT) &&
+        t->stream.ep.queued == 0 && !(t->ep.flags & LULL__EP_CLOSED))
+        fail_later(t, 0);
     if (q->nspare >= SPARE_MAX) {
         free(c);
         return;
@@ -845,22 +859,22 @@ static void on_stream_end(lull_stream *s) {
 
 /* The peer's close_notify: answer it and close with 0 (a frame cut short
  * is a protocol error, as at a stream's EOF). Unless this end still has
- * frames to encrypt, or a shutdown of ours records the stream has not
- * written: the shutdown was asked to deliver them before the end; and
- * frames sent without one are the answer to what came with the
- * close_notify (TLS 1.3 makes it a half-close), which the close would
- * drop behind a clean close_notify, so a shutdown begins, as a stream's
- * EOF writes its queue before the end; further sends are refused. It
- * goes on, reading nothing more, and its close_notify, then the stream's
- * EOF, end it (on_stream_close). True then. (Records alone in the
- * stream's queue without a shutdown, the session tickets say, get the
- * close's last write, as before.) */
+ * frames to encrypt, or records the stream has not written: a shutdown
+ * of ours was asked to deliver them before the end; and frames sent
+ * without one are the answer to what came with the close_notify (TLS 1.3
+ * makes it a half-close), which the close would drop behind a clean
+ * close_notify (the close's last write takes what the socket takes, and
+ * a peer that reads later found the rest cut off), so a shutdown begins,
+ * as a stream's EOF writes its queue before the end; further sends are
+ * refused. It goes on, reading nothing more, and once its close_notify
+ * was written (chunk_release), or the stream's EOF came (on_stream_close),
+ * it ends with 0. True then. */
 static bool peer_closed(lull_tls *t) {
     int reason = 0;
     if (framed(t) && t->pend > t->pstart) {
         set_why(t, "close_notify inside a frame");
         reason = -EPROTO;
-    } else if (t->head || ((t->state & T_SHUT) && t->stream.ep.queued > 0)) {
+    } else if (t->head || t->stream.ep.queued > 0) {
         if (!(t->state & T_SHUT)) {
             t->state |= T_SHUT;
             t->ep.flags |= LULL__EP_PEER_GONE;
@@ -974,6 +988,8 @@ static bool progress(lull_tls *t) {
         }
         t->state |= T_OPEN;
         lull_timer_stop(&t->timer);
+        /* Paused during it: the socket stops now (lull__tls_read). */
+        if (!(t->state & T_READING)) (void)lull_stream_read_stop(&t->stream);
         if (send_out(t) < 0) return true;
         if (t->on_handshake) {
             guard g;
@@ -1239,6 +1255,14 @@ int lull__tls_read(lull_endpoint *ep, bool on) {
     LULL_ASSERT_LOOP_THREAD(t->loop);
     if (!on) {
         t->state &= ~T_READING;
+        /* The socket stops too, as a paused stream's: its idle clock
+         * stands still (the stream counts no idle time while paused with
+         * nothing to write) and the peer's bytes wait in the kernel, not
+         * in `saved`. A handshake goes on (progress stops the socket once
+         * it completes), and after the peer's close_notify the socket is
+         * read to its EOF, which ends the connection. */
+        if ((t->state & (T_OPEN | T_PEER_SHUT)) == T_OPEN)
+            (void)lull_stream_read_stop(&t->stream);
         return 0;
     }
     if (t->state & T_READING) return 0;
@@ -1341,6 +1365,9 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
             bool literal = inet_pton(AF_INET, name, ip) == 1 ||
                            inet_pton(AF_INET6, name, ip) == 1;
             if (!literal) SSL_set_tlsext_host_name(ssl, name);
+            if (literal) /* inet_pton took it: it fits */
+                snprintf(out_of(t)->ip_name, sizeof out_of(t)->ip_name, "%s",
+                         name);
             if (ctx->verify) {
                 int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(
                                        SSL_get0_param(ssl), name)
@@ -1532,6 +1559,10 @@ const char *lull_tls_error_string(const lull_tls *tls) {
 static int on_new_session(SSL *ssl, SSL_SESSION *sess) {
     lull_tls_ctx *ctx = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     const char *host = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+    lull_tls *t = SSL_get_app_data(ssl);
+    /* An address is no SNI: its session is kept under the address. */
+    if (!host && t && t->out && out_of(t)->ip_name[0])
+        host = out_of(t)->ip_name;
     if (!ctx || !host) return 0;
     char *h = strdup(host);
     if (!h) return 0;

@@ -1063,10 +1063,10 @@ TEST(mutual_tls_with_a_client_certificate) {
 }
 
 /* One exchange on a fresh pair; whether it resumed, at each end. */
-static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
-                         lull_tls_ctx *sctx, bool *cres, bool *sres) {
+static void exchange_to(lull_loop *loop, lull_tls_ctx *cctx, lull_tls_ctx *sctx,
+                        const char *name, bool *cres, bool *sres) {
     end c, s;
-    end_pair(loop, &c, cctx, &s, sctx, "localhost");
+    end_pair(loop, &c, cctx, &s, sctx, name);
     send_and_wait(loop, &c, &s, "ping");
     send_and_wait(loop, &s, &c, "pong");
     CHECK_EQ(c.frames, 1);
@@ -1075,18 +1075,28 @@ static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
     close_cleanly(loop, &c, &s);
 }
 
-/* Two exchanges with a client context of cc (NULL: the default): the
- * first is a full handshake, the second resumes at both ends. */
-static void check_resumption(const lull_tls_config *cc) {
+static void one_exchange(lull_loop *loop, lull_tls_ctx *cctx,
+                         lull_tls_ctx *sctx, bool *cres, bool *sres) {
+    exchange_to(loop, cctx, sctx, "localhost", cres, sres);
+}
+
+/* Two exchanges with a client context of cc (NULL: the default) to the
+ * server named `name`: the first is a full handshake, the second resumes
+ * at both ends. */
+static void check_resumption_to(const lull_tls_config *cc, const char *name) {
     setup();
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(cc);
     bool cr, sr;
-    one_exchange(loop, cctx, sctx, &cr, &sr);
+    exchange_to(loop, cctx, sctx, name, &cr, &sr);
     CHECK(!cr && !sr);
-    one_exchange(loop, cctx, sctx, &cr, &sr);
+    exchange_to(loop, cctx, sctx, name, &cr, &sr);
     CHECK(cr && sr);
     finish(loop, sctx, cctx);
+}
+
+static void check_resumption(const lull_tls_config *cc) {
+    check_resumption_to(cc, "localhost");
 }
 
 TEST(session_resumption_with_tickets) {
@@ -1098,6 +1108,20 @@ TEST(session_resumption_over_tls12) {
     if (skip()) return;
     lull_tls_config cc = {.max_version = 0x0303};
     check_resumption(&cc);
+}
+
+/* A server named by its address (a replica's --replica-of 127.0.0.1):
+ * a client sends no SNI for it (RFC 6066), and the session was kept
+ * under the SNI name alone, so such a connection never resumed. */
+TEST(session_resumption_to_an_ip_address) {
+    if (skip()) return;
+    check_resumption_to(NULL, "127.0.0.1");
+}
+
+TEST(session_resumption_to_an_ip_address_over_tls12) {
+    if (skip()) return;
+    lull_tls_config cc = {.max_version = 0x0303};
+    check_resumption_to(&cc, "127.0.0.1");
 }
 
 /* A ticket offered to a server of another context: that server cannot
@@ -1253,6 +1277,51 @@ TEST(shutdown_writes_its_queue_after_the_peers_close_notify) {
     settle_closes(loop, &c, &s);
     CHECK_EQ(c.frames, FRAMES);
     CHECK_EQ(c.bytes, (size_t)FRAMES * SIZE);
+    CHECK_EQ(c.reason, 0);
+    CHECK_EQ(s.reason, 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(s.closes, 1);
+    finish(loop, sctx, cctx);
+}
+
+/* The peer's close_notify while this end's replies are all encrypted but
+ * still queued as records behind a socket the peer has not read yet, and
+ * no shutdown of ours: the records leave first, then this end's
+ * close_notify, as a stream writes its queue after the peer's EOF. The
+ * close wrote what the socket took and dropped the rest, said 0 and
+ * released every frame, and the peer read part of them, then a
+ * truncation. */
+TEST(records_queued_behind_a_full_socket_leave_after_the_peers_close_notify) {
+    if (skip()) return;
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    settled_pair(loop, &c, cctx, &s, sctx);
+    CHECK_EQ(lull_endpoint_read_stop(&c.t.ep), 0); /* reads nothing yet */
+    /* Small replies while the server is writable, until every one is
+     * encrypted and records wait for the socket. */
+    static char payload[1000];
+    int frames = 0;
+    bool stuck = false;
+    for (int i = 0; i < 10000 && !stuck; i++) {
+        if (lull_endpoint_writable(&s.t.ep)) {
+            CHECK_EQ(lull_endpoint_send_copy(&s.t.ep, payload, sizeof payload),
+                     0);
+            frames++;
+        }
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+        stuck = s.t.ep.queued == 0 && s.t.stream.ep.queued > 0 &&
+                !lull_endpoint_writable(&s.t.stream.ep);
+    }
+    CHECK(stuck);
+    CHECK_EQ(lull_endpoint_shutdown(&c.t.ep), 0); /* its close_notify */
+    for (int i = 0; i < 50; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s.closes, 0); /* its records wait for the reader */
+    CHECK_EQ(lull_endpoint_read_start(&c.t.ep), 0);
+    settle_closes(loop, &c, &s);
+    CHECK_EQ(c.frames, frames);
+    CHECK_EQ(c.bytes, (size_t)frames * sizeof payload);
     CHECK_EQ(c.reason, 0);
     CHECK_EQ(s.reason, 0);
     CHECK_EQ(c.closes, 1);
@@ -3949,4 +4018,47 @@ TEST(handshake_timeout_starts_once_connected) {
         close(fill[i]);
     close(l);
     finish(loop, NULL, cctx);
+}
+
+/* Reading paused by the owner with nothing queued to write: as on a
+ * stream (test_stream's idle_timeout_does_not_run_while_paused_by_the_owner)
+ * the idle clock stands still, and runs again from the resume. The
+ * socket under the records went on reading while the endpoint was
+ * paused, so the stream's clock ran, and a paused connection closed with
+ * -ETIMEDOUT one idle_timeout_ns later. */
+static void paused_idle(bool before_handshake) {
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_tls_ctx *sctx = server_ctx(NULL), *cctx = client_ctx(NULL);
+    end c, s;
+    lull_tls_options co = opts_hs("localhost"), so = opts_hs(NULL);
+    so.stream.idle_timeout_ns = 1000000000ull;
+    end_pair_opts(loop, &c, cctx, &co, &s, sctx, &so);
+    /* Before the handshake: it goes on, and the pause begins after it. */
+    if (before_handshake) CHECK_EQ(lull_endpoint_read_stop(&s.t.ep), 0);
+    for (int i = 0; i < 20; i++)
+        lull_loop_settle(loop);
+    CHECK(s.handshaken && c.handshaken);
+    if (!before_handshake) CHECK_EQ(lull_endpoint_read_stop(&s.t.ep), 0);
+    lull_loop_advance(loop, 5000000000ull); /* 5 s paused */
+    CHECK_EQ(s.closes, 0);
+    CHECK_EQ(s.frames, 0);
+    CHECK_EQ(lull_endpoint_read_start(&s.t.ep), 0);
+    lull_loop_advance(loop, 900000000ull); /* 0.9 s after the resume */
+    CHECK_EQ(s.closes, 0);
+    lull_loop_advance(loop, 200000000ull);
+    CHECK_EQ(s.closes, 1);
+    CHECK_EQ(s.reason, -ETIMEDOUT);
+    settle_closes(loop, &c, &s);
+    finish(loop, sctx, cctx);
+}
+
+TEST(idle_timeout_does_not_run_while_paused_by_the_owner) {
+    if (skip()) return;
+    paused_idle(false);
+}
+
+TEST(idle_timeout_does_not_run_while_paused_from_before_the_handshake) {
+    if (skip()) return;
+    paused_idle(true);
 }
