@@ -1188,7 +1188,8 @@ LULL_EXTERN int lull_stream_send_fds(lull_stream *s, lull_frame *frame,
  * lull, as are those of a frame a close discards. Framed, they come with the
  * frame they were sent with; raw, with the read whose bytes hold the first byte
  * of that send. Descriptors the kernel dropped on the way (the receiver out of
- * fds: RLIMIT_NOFILE) close the stream with -EMFILE; more than 253 passed with
+ * fds: RLIMIT_NOFILE) close the stream with -EMFILE, after the frames before
+ * theirs (raw: after the read that brought them); more than 253 passed with
  * one frame (a peer that is not lull's, holding the reader's fds) close it
  * with -ETOOMANYREFS. -EINVAL for NULL or max < 0. */
 LULL_EXTERN int lull_stream_take_fds(lull_stream *s, int *fds, int max);

@@ -815,9 +815,11 @@ static int fds_of_frame(const lull_stream *s, size_t at, size_t end) {
  * "passing fds"), O_CLOEXEC from the kernel on. Fds the kernel dropped
  * (MSG_CTRUNC: the receiver out of fds, or a peer sending more than fit)
  * cannot be given to their frame: EMFILE, the close reason, after closing
- * the ones that did arrive. A framed read keeps its bytes, so that the
- * frames before that one still arrive (lost, lost_at: deliver_frames
- * closes the stream at the frame); a raw read fails. */
+ * the ones that did arrive. The read keeps its bytes (lost, lost_at): a
+ * framed stream's frames before that one still arrive (deliver_frames
+ * closes the stream at the frame), and a raw read is delivered, then the
+ * stream closes (read_some): the kernel glues the bytes sent before the
+ * fds, with none, to the read that brings them. */
 static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
     /* Room for the sender's credentials too: a socket with SO_PASSCRED
      * (the program's, or inherited from a listener, as systemd's
@@ -881,7 +883,7 @@ static ssize_t unix_read(lull_stream *s, unsigned char *at, size_t room) {
             close(got[i]);
         free(b);
         if (!err) return n;
-        if (n > 0 && framed(s) && fds_get(s)) {
+        if (n > 0 && fds_get(s)) {
             s->fds->lost = err;
             s->fds->lost_at = last;
             return n;
@@ -1432,22 +1434,21 @@ static void read_some(lull_stream *s) {
         deliver_frames(s);
         return;
     }
-    if (!s->ep.on_frame) {
-        fds_drop_in(s, SIZE_MAX);
-        return;
+    if (s->ep.on_frame) {
+        if (s->fds) {
+            s->fds->limit = (size_t)n;
+            s->fds->delivering = true;
+        }
+        lull__stream_guard g;
+        guard_enter(&s->guard, &g);
+        s->ep.on_frame(&s->ep, at, (size_t)n);
+        if (!guard_leave(&s->guard, &g)) return;
+        if (s->fds) s->fds->delivering = false;
     }
-    if (s->fds) {
-        s->fds->limit = (size_t)n;
-        s->fds->delivering = true;
-    }
-    lull__stream_guard g;
-    guard_enter(&s->guard, &g);
-    s->ep.on_frame(&s->ep, at, (size_t)n);
-    if (!guard_leave(&s->guard, &g)) return;
-    if (s->fds) {
-        s->fds->delivering = false;
-        fds_drop_in(s, SIZE_MAX); /* a raw read's batch is its own */
-    }
+    fds_drop_in(s, SIZE_MAX); /* a raw read's batch is its own */
+    /* The read's fds were dropped (see unix_read): its bytes came first. */
+    if (s->fds && s->fds->lost && !(s->state & S_FAIL))
+        fail_now(s, -s->fds->lost);
 }
 
 /* ---------------------------------------------------- connect, events */

@@ -1223,3 +1223,43 @@ TEST_THREADED(fork_while_a_lookup_holds_its_answer) {
     CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A cancel after the dial was decided (its attempt connected, the
+ * callback queued) returns 0 and changes nothing: the callback gets the
+ * status it was decided with, 0 here, and the stream is open, as
+ * lull.h says and docs/API.md now says too (it promised -ECANCELED). The
+ * cancel runs from a timer, which the loop runs after the fd callbacks of
+ * its iteration and before its tasks: between the win and the callback. */
+static lull_dial *late_dial;
+static int late_cancel_rc = 1;
+static void cancel_late(lull_timer *t) {
+    (void)t;
+    late_cancel_rc = lull_dial_cancel(late_dial);
+}
+
+TEST(cancel_after_the_dial_was_decided_keeps_its_status) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    int port, lfd = listener(AF_INET, 8, &port);
+    lull_dial d = {0};
+    lull_stream s;
+    late_dial = &d;
+    CHECK_EQ(
+        lull_dial_start(loop, NULL, &d, &s, "127.0.0.1", port, NULL, on_dial),
+        0);
+    /* The attempt connects meanwhile, outside the loop. */
+    struct pollfd p = {.fd = d.io[0].fd, .events = POLLOUT};
+    CHECK(p.fd >= 0);
+    CHECK_EQ(poll(&p, 1, 5000), 1);
+    lull_timer t;
+    lull_timer_init(loop, &t, cancel_late);
+    lull_timer_start(&t, 0, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(late_cancel_rc, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, 0); /* on_dial closed the open stream */
+    CHECK_EQ(accepted(lfd), 1);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -1175,3 +1175,55 @@ TEST(random_cuts_with_fds_lose_nothing_and_leak_nothing) {
     }
     close(devnull);
 }
+
+/* A raw stream's read that the kernel cut (MSG_CTRUNC: out of fds)
+ * carries the peer's bytes like any other: a read glues the bytes sent
+ * before the fds (a plain write, no fd with it) to the send that carried
+ * them. They arrive, then the stream closes with -EMFILE, rather than the
+ * whole read being dropped with the error. */
+static char raw_got[64];
+static size_t raw_len;
+static int raw_taken;
+static void raw_bytes(lull_endpoint *ep, const void *bytes, size_t len) {
+    lull_stream *s = LULL_CONTAINER_OF(ep, lull_stream, ep);
+    CHECK(raw_len + len <= sizeof raw_got);
+    memcpy(raw_got + raw_len, bytes, len);
+    raw_len += len;
+    int fd;
+    int n = lull_stream_take_fds(s, &fd, 1);
+    CHECK(n >= 0);
+    if (n > 0) close(fd);
+    raw_taken += n;
+}
+
+TEST(raw_read_whose_fds_were_dropped_keeps_its_bytes) {
+    int before;
+    lull_loop *loop = counted_loop(&before, NULL);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream b;
+    lull_stream_options o = {.flags = LULL_STREAM_FDS | LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &b, sv[1], &o), 0);
+    memset(&g_rx, 0, sizeof g_rx);
+    raw_len = 0;
+    raw_taken = 0;
+    lull_endpoint_set_callbacks(&b.ep, raw_bytes, NULL, rx_close);
+    CHECK_EQ(lull_stream_read_stop(&b), 0);
+    CHECK_EQ(write(sv[0], "hello", 5), 5);
+    send_with_fds(sv[0], "X", 1, sv[0], 40);
+    /* 4 free fd numbers, fewer than the 40 on their way. */
+    struct rlimit old, low;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = limit_leaving(4);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+    CHECK_EQ(lull_stream_read_start(&b), 0);
+    run_until(loop, &g_rx.closed, 100);
+    CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+    CHECK_EQ(g_rx.reason, -EMFILE);
+    CHECK_EQ(raw_len, 6);
+    CHECK(memcmp(raw_got, "helloX", 6) == 0);
+    CHECK_EQ(raw_taken, 0); /* none of the dropped read's fds is handed */
+    close(sv[0]);
+    run_out_free_and_count(loop, before);
+}
