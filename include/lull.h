@@ -2624,7 +2624,10 @@ LULL_EXTERN int lull_dial_start_addrs(lull_loop *loop, lull_dial *d,
                                       lull_dial_fn fn);
 /* Stops the dial: attempts closed, the callback gets -ECANCELED in a later
  * turn (or the status it was about to get, when it was decided already).
- * 0, or -EINVAL when it is not dialing. */
+ * A lookup already running on the pool is let go, as at the dial's
+ * timeout: neither the callback nor the loop waits for getaddrinfo (the
+ * loop may run out and be freed meanwhile; the pool's thread frees the
+ * lookup when it returns). 0, or -EINVAL when it is not dialing. */
 LULL_EXTERN int lull_dial_cancel(lull_dial *d);
 
 /* ---------------------------------------------- pool: one loop per core */

@@ -43,6 +43,7 @@
 #include "internal.h"
 #include "lull.h"
 #include "own_name.h"
+#include "pool.h"
 #include "stream.h"
 
 /* RFC 8305's recommended Connection Attempt Delay. */
@@ -58,9 +59,11 @@
  * cannot be stopped, and a cancel or a timeout must not wait for a slow
  * resolver (getaddrinfo may take tens of seconds). Such a lookup is let go
  * (owner NULL): the dial decides at once, and the lookup frees itself and
- * its answer when it ends. It holds what the pool reads (host, service),
- * so the dial may be started again, or freed, meanwhile. One allocation,
- * as the copy of the host it replaces. */
+ * its answer when it ends, on the pool's thread (drop_let_go), so that
+ * neither the loop's run nor its free waits for the resolver either. It
+ * holds what the pool reads (host, service), so the dial may be started
+ * again, or freed, meanwhile. One allocation, as the copy of the host it
+ * replaces. */
 typedef struct resolving {
     lull_lookup lookup;
     lull_dial *owner; /* NULL once let go */
@@ -73,6 +76,15 @@ static resolving *resolving_of(const lull_dial *d) {
 }
 
 static void on_resolved(lull_lookup *req, int status, struct addrinfo *res);
+
+/* A lookup let go ends on the pool's thread: its answer, if any, and the
+ * block are freed there. */
+static void drop_let_go(lull_work *w, int status) {
+    (void)status;
+    resolving *r = LULL_CONTAINER_OF(w, resolving, lookup.work);
+    if (r->lookup.res) freeaddrinfo(r->lookup.res);
+    free(r);
+}
 static void on_attempt(lull_io *io, int events);
 static void on_timer(lull_timer *t);
 static void on_done(lull_task *t);
@@ -110,7 +122,11 @@ static void decide(lull_dial *d, int status) {
         lull_lookup_cancel(&resolving_of(d)->lookup) == 0)
         return;
     if (d->state & D_RESOLVING) {
-        resolving_of(d)->owner = NULL;
+        resolving *r = resolving_of(d);
+        r->owner = NULL;
+        /* Refused where its completion was posted already: it comes in
+         * a later turn, and on_resolved drops it there. */
+        (void)lull__work_let_go(&r->lookup.work, drop_let_go);
         d->host = NULL;
         d->state &= ~D_RESOLVING;
     }

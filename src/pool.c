@@ -161,6 +161,20 @@ bool lull__pool_thread(void) {
     return is_pool_thread;
 }
 
+/* On w's thread, its fn returned, under the lock (held again on return):
+ * an item let go (lull__work_let_go) ends here, with no loop to tell. */
+static void drop_let_go(lull_pool *p, worker *me, lull_work *w) {
+    me->current = NULL;
+    p->running--;
+    p->completed++;
+    pthread_mutex_unlock(&p->lock);
+    w->done(w, w->status); /* frees w */
+    /* Never the last reference: lull_pool_free holds its own until it
+     * has joined this thread. */
+    pool_release(p);
+    pthread_mutex_lock(&p->lock);
+}
+
 static void *worker_main(void *arg) {
     worker *me = arg;
     lull_pool *p = me->pool;
@@ -174,7 +188,6 @@ static void *worker_main(void *arg) {
             me->current = w;
             me->finished = NULL;
             pthread_mutex_unlock(&p->lock);
-            lull_loop *loop = w->loop;
             w->status = w->fn(w);
             /* Before the lock, which a fork() may hold: its child then
              * knows the work was done (fork_child), and what fn made (an
@@ -186,6 +199,11 @@ static void *worker_main(void *arg) {
              * The wake-up (a system call) is made after the unlock, so the
              * loop's next submit does not wait behind it. */
             pthread_mutex_lock(&p->lock);
+            lull_loop *loop = w->loop; /* NULL once let go */
+            if (!loop) {
+                drop_let_go(p, me, w);
+                continue;
+            }
             int wake = lull__post_remote_push(loop, &w->task); /* last
                                                             touch of w */
             me->current = NULL;
@@ -335,6 +353,29 @@ int lull_work_cancel(lull_work *work) {
     return 0;
 }
 
+int lull__work_let_go(lull_work *w, lull_work_done_fn drop) {
+    lull_pool *p = w->pool;
+    lull_loop *loop = w->loop;
+    LULL_ASSERT_LOOP_THREAD(loop);
+    if (!p || __atomic_load_n(&w->task.remote_next, __ATOMIC_ACQUIRE) ||
+        lull_task_pending(&w->task))
+        return -EBUSY;
+    pthread_mutex_lock(&p->lock);
+    /* current is cleared in the hold of the lock that posts the
+     * completion: a thread holding w has not posted it. */
+    bool running = false;
+    for (unsigned i = 0; i < p->threads && !running; i++)
+        running = p->workers[i].current == w;
+    if (running) {
+        w->loop = NULL;
+        w->done = drop;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (!running) return -EBUSY;
+    lull_loop_unref(loop);
+    return 0;
+}
+
 /* ----------------------------------------------------------- the pool */
 
 static pthread_mutex_t default_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -390,6 +431,15 @@ static void forget_threads(lull_pool *p) {
         lull_work *w = t->current;
         t->current = NULL;
         if (!w) continue;
+        /* Let go, it belongs to no loop: the child drops its copy here,
+         * as the parent's thread drops the parent's when fn returns. Its
+         * pool reference is never the last: lull_pool_free's is held
+         * until this thread is joined, which it was not. */
+        if (!w->loop) {
+            w->done(w, -ECANCELED);
+            __atomic_sub_fetch(&p->refs, 1, __ATOMIC_RELAXED);
+            continue;
+        }
         /* Its fn returned, its thread waiting for the lock the fork
          * holds: done, in the child too (the fd an open made is there). */
         bool done = __atomic_load_n(&t->finished, __ATOMIC_ACQUIRE) == w;

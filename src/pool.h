@@ -23,4 +23,14 @@ bool lull__pool_holds(lull_pool *pool, const lull_work *w);
  * -ESHUTDOWN, -ECHILD as lull_work_submit. */
 int lull__work_submit_again(lull_loop *loop, lull_pool *pool, lull_work *work);
 
+/* Lets go of w while it runs on one of the pool's threads (a lookup its
+ * dial no longer waits for, src/dial.c): the loop is released at once (the
+ * reference lull_work_submit took: w no longer keeps lull_loop_run going
+ * nor lull_loop_free from freeing the loop), and when fn returns, its
+ * thread calls drop(w, status) there instead of posting the completion.
+ * drop frees what w holds and touches no loop. 0, or -EBUSY where w is not
+ * running on a thread (waiting: cancel it; done and its completion posted:
+ * that completion runs as usual). The loop's thread. */
+int lull__work_let_go(lull_work *w, lull_work_done_fn drop);
+
 #endif

@@ -857,15 +857,17 @@ static lull_pool *dial_slow_name(lull_loop *loop, lull_dial *d, lull_stream *s,
     return pool;
 }
 
-/* The resolver answers at last: the loop runs out (the lookup's answer
- * dropped, no second callback) and everything is freed. */
+/* The resolver answers at last: the loop has run out already (the lookup
+ * let go keeps nothing of it alive, no second callback), and the pool's
+ * free joins the thread that drops the answer; the pipe is closed after
+ * it, as that thread reads it until then. */
 static void end_slow_name(lull_loop *loop, lull_pool *pool) {
     CHECK_EQ(write(slow_pipe[1], "x", 1), 1);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(lull_pool_free(pool), 0);
     close(slow_pipe[0]);
     close(slow_pipe[1]);
-    CHECK_EQ(lull_pool_free(pool), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -910,6 +912,66 @@ TEST_THREADED(cancel_while_the_lookup_hangs) {
     CHECK_EQ(dial_status, -ECONNREFUSED);
     dial_calls = 1; /* end_slow_name counts the first dial's */
     end_slow_name(loop, pool);
+}
+
+/* A lookup let go holds nothing of the loop: once a cancel's callback
+ * ran, the loop has nothing left to run (a DEFAULT run returns) and is
+ * freed while getaddrinfo still hangs; the late answer is freed on the
+ * pool's thread, which touches the freed loop no more (ASan, valgrind). */
+TEST_THREADED(cancelled_dial_leaves_the_loop_free_while_the_lookup_hangs) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_pool *pool = dial_slow_name(loop, &d, &s, NULL);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    for (int i = 0; i < 10 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ECANCELED);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(write(slow_pipe[1], "x", 1), 1);
+    CHECK_EQ(lull_pool_free(pool), 0); /* joins the thread that drops it */
+    CHECK_EQ(dial_calls, 1);
+    close(slow_pipe[0]);
+    close(slow_pipe[1]);
+}
+
+/* The same for a dial's timeout, and a fork() meanwhile: the child's copy
+ * of the pool forgets the lookup let go (no thread of the child's would
+ * ever end it, and it belongs to no loop), and its loop runs out too. */
+TEST_THREADED(timed_out_dial_leaves_the_loop_free_in_parent_and_child) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_MS(100)};
+    lull_pool *pool = dial_slow_name(loop, &d, &s, &o);
+    lull_loop_advance(loop, LULL_MS(100));
+    for (int i = 0; i < 10 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(lull_loop_fork(loop), 0);
+        CHECK(!lull_loop_alive(loop));
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        CHECK_EQ(lull_pool_free(pool), 0);
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(write(slow_pipe[1], "x", 1), 1);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(dial_calls, 1);
+    close(slow_pipe[0]);
+    close(slow_pipe[1]);
 }
 
 /* Huge durations mean "a long time", never "at once": the deadline and
