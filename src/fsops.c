@@ -70,8 +70,8 @@ enum {
 };
 
 /* The bounce buffer of the read/write fallbacks, on the pool thread's
- * stack (8 MiB by default): 64 KiB is what a pipe holds, so a sendfile
- * fallback to a pipe moves a full pipe per write. */
+ * stack (8 MiB at least, src/pool.c): 64 KiB is what a pipe holds, so a
+ * sendfile fallback to a pipe moves a full pipe per write. */
 #define COPY_CHUNK 65536
 
 /* A listing in progress: one batch at a time, refilled on a pool thread. */

@@ -1405,6 +1405,38 @@ TEST_THREADED(fs_copy_range_overlapping_past_one_chunk) {
     fs_teardown();
 }
 
+/* In a child: new threads' stacks made small by default before the pool
+ * is made, as `ulimit -s 128` makes them (glibc sizes a thread's default
+ * stack by RLIMIT_STACK) or a program that runs many threads of its own
+ * with pthread_setattr_default_np. An overlapping copy takes the fallback,
+ * whose bounce buffers are on the pool thread's stack: it ran off the
+ * stack and the process died. */
+static void copy_with_small_default_stacks(void *arg) {
+    (void)arg;
+    pthread_attr_t small;
+    CHECK_EQ(pthread_attr_init(&small), 0);
+    CHECK_EQ(pthread_attr_setstacksize(&small, (size_t)128 << 10), 0);
+    CHECK_EQ(pthread_setattr_default_np(&small), 0);
+    fs_setup();
+    int fd = open_rw(path);
+    fill(fd, 300000);
+    char *before = malloc(200000), *after = malloc(200000);
+    CHECK_EQ(pread(fd, before, 200000, 0), 200000);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, fd, 1000, fd, 0, 200000, on_fs)),
+             200000);
+    CHECK_EQ(pread(fd, after, 200000, 1000), 200000);
+    CHECK(memcmp(after, before, 200000) == 0);
+    free(before);
+    free(after);
+    close(fd);
+    fs_teardown();
+    pthread_attr_destroy(&small);
+}
+
+TEST_THREADED(fs_copy_on_a_pool_made_with_small_default_stacks) {
+    CHECK(check_exits_cleanly(copy_with_small_default_stacks, NULL));
+}
+
 #ifdef CHECK_SANDBOX_ARCH
 /* In a child: statx, copy_file_range and sendfile refused with EPERM, as
  * older seccomp profiles refuse what they do not know (statx famously):
