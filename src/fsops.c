@@ -897,6 +897,7 @@ int lull_fs_cancel(lull_fs *req) {
     if (!req) return -EINVAL;
     dir_state *st = req->dir;
     if (st && st->in_cb) {
+        if (req->stop) return -EBUSY; /* the end is on its way already */
         req->stop = true; /* scandir_done ends the listing after dir_cb */
         return 0;
     }

@@ -1749,6 +1749,26 @@ TEST_THREADED(fs_scandir_stopped_or_cancelled_in_a_batch) {
     fs_teardown();
 }
 
+/* A second cancel inside the same dir_cb: the end is on its way, as after
+ * a cancel while a trip is off the loop, so -EBUSY (it said 0, as if this
+ * cancel were the one that took). */
+static bool cancel_twice(lull_fs *req) {
+    CHECK_EQ(lull_fs_cancel(req), 0);
+    CHECK_EQ(lull_fs_cancel(req), -EBUSY);
+    return true;
+}
+
+TEST_THREADED(fs_scandir_cancelled_twice_in_a_batch) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = cancel_twice;
+    CHECK_EQ(list(in_dir("d")), -ECANCELED);
+    CHECK_EQ(batches, 1);
+    on_batch_hook = NULL;
+    fs_teardown();
+}
+
 /* Every kind of request cancelled while it waits behind a held thread:
  * its cb gets -ECANCELED once and nothing happened on disk. */
 static int cancelled_calls;
