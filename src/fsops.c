@@ -566,11 +566,20 @@ static void fs_done(lull_work *work, int status) {
         finish(req, status < 0 ? status : req->result);
 }
 
+/* Whether req is in flight: submitted, or a listing between its trips.
+ * A request has no init of its own (uv_fs_t neither), so one never used
+ * holds whatever its memory held: only a request submitted here has
+ * fs_run in its work, and garbage that reads as in flight would refuse
+ * (-EBUSY) every call on it, for ever. */
+static bool fs_in_flight(const lull_fs *req) {
+    return req->work.fn == fs_run && (lull_work_busy(&req->work) || req->dir);
+}
+
 /* The request must not be in flight when its fields are rewritten. */
 static int fs_check(lull_loop *loop, lull_pool *pool, lull_fs *req,
                     lull_fs_fn cb) {
     if (!loop || !pool || !req || !cb) return -EINVAL;
-    if (lull_work_busy(&req->work) || req->dir) return -EBUSY;
+    if (fs_in_flight(req)) return -EBUSY;
     lull_work_init(&req->work, fs_run, fs_done);
     req->iov = NULL;
     req->iovcnt = 0;
@@ -894,7 +903,8 @@ int lull_fs_futime(lull_loop *loop, lull_pool *pool, lull_fs *req, int fd,
 }
 
 int lull_fs_cancel(lull_fs *req) {
-    if (!req) return -EINVAL;
+    /* Never submitted (fs_in_flight): its fields are not to be followed. */
+    if (!req || req->work.fn != fs_run) return -EINVAL;
     dir_state *st = req->dir;
     if (st && st->in_cb) {
         if (req->stop) return -EBUSY; /* the end is on its way already */

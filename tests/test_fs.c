@@ -2007,6 +2007,43 @@ TEST_THREADED(fs_request_done_but_not_delivered_is_past_cancel_and_reuse) {
     fs_teardown();
 }
 
+/* A request has no init of its own (libuv's uv_fs_t neither): one on the
+ * stack, never used, holds whatever was there. Its garbage read as in
+ * flight, and every call on it said -EBUSY for ever; a cancel of it
+ * followed its garbage listing state (a crash), where one never submitted
+ * is -EINVAL. The same for a lookup. */
+static void on_lookup_of_garbage(lull_lookup *req, int status,
+                                 struct addrinfo *res) {
+    (void)req;
+    lookup_status = status;
+    if (res) freeaddrinfo(res);
+}
+
+TEST_THREADED(fs_request_never_zeroed_is_free) {
+    fs_setup();
+    lull_fs req;
+    memset(&req, 0xa5, sizeof req);
+    CHECK_EQ(lull_fs_cancel(&req), -EINVAL);
+    lull_stat st;
+    CHECK_EQ(run(lull_fs_stat(L, P, &req, dir, &st, on_fs)), 0);
+    CHECK(S_ISDIR(st.mode));
+    make_entries(dir, 3);
+    memset(&req, 0xa5, sizeof req);
+    CHECK_EQ(run(lull_fs_scandir(L, P, &req, dir, on_batch, on_fs)), 3);
+    lull_lookup lk;
+    memset(&lk, 0xa5, sizeof lk);
+    CHECK_EQ(lull_lookup_cancel(&lk), -EINVAL);
+    struct addrinfo hints = {.ai_family = AF_INET,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    lookup_status = 1;
+    CHECK_EQ(lull_lookup_start(L, P, &lk, "127.0.0.1", "80", &hints,
+                               on_lookup_of_garbage),
+             0);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lookup_status, 0);
+    fs_teardown();
+}
+
 /* RLIMIT_NOFILE lowered to the fds already open: the kernel's -EMFILE
  * comes back through cb, for an open and for a listing's open. */
 TEST_THREADED(fs_emfile_reported) {
