@@ -2221,10 +2221,11 @@ typedef struct lull_pool_stats {
     unsigned running;   /* items running now */
 } lull_pool_stats;
 
-/* Creates a pool and starts its threads (allocates; not a hot path). opts
- * may be NULL. A pool does not survive fork(): in a child, one made before
- * the fork refuses work (-ECHILD; lull_pool_free frees the child's copy);
- * the child's lull_pool_default makes its own. */
+/* Creates a pool and starts its threads, each with a stack of 8 MiB at
+ * least (allocates; not a hot path). opts may be NULL. A pool does not
+ * survive fork(): in a child, one made before the fork refuses work
+ * (-ECHILD; lull_pool_free frees the child's copy); the child's
+ * lull_pool_default makes its own. */
 LULL_EXTERN int lull_pool_new(lull_pool **out, const lull_pool_options *opts);
 /* Thread-safe, never blocks. Refuses new work (-ESHUTDOWN) and cancels the
  * waiting work: each done runs on its loop with -ECANCELED. Work already

@@ -63,7 +63,9 @@ int lull_lookup_start(lull_loop *loop, lull_pool *pool, lull_lookup *req,
                       const char *node, const char *service,
                       const struct addrinfo *hints, lull_lookup_fn cb) {
     if (!loop || !pool || !req || !cb || (!node && !service)) return -EINVAL;
-    if (lull_work_busy(&req->work)) return -EBUSY;
+    /* As a file request's (src/fsops.c, fs_in_flight): one never used
+     * holds garbage, which only a submit here leaves lookup_run in. */
+    if (req->work.fn == lookup_run && lull_work_busy(&req->work)) return -EBUSY;
     lull_work_init(&req->work, lookup_run, lookup_done);
     req->cb = cb;
     req->node = node;
@@ -75,7 +77,9 @@ int lull_lookup_start(lull_loop *loop, lull_pool *pool, lull_lookup *req,
 }
 
 int lull_lookup_cancel(lull_lookup *req) {
-    return req ? lull_work_cancel(&req->work) : -EINVAL;
+    /* Never started: its garbage is not to be followed. */
+    if (!req || req->work.fn != lookup_run) return -EINVAL;
+    return lull_work_cancel(&req->work);
 }
 
 /* ------------------------------------------------------------ journal */

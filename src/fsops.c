@@ -70,8 +70,8 @@ enum {
 };
 
 /* The bounce buffer of the read/write fallbacks, on the pool thread's
- * stack (8 MiB by default): 64 KiB is what a pipe holds, so a sendfile
- * fallback to a pipe moves a full pipe per write. */
+ * stack (8 MiB at least, src/pool.c): 64 KiB is what a pipe holds, so a
+ * sendfile fallback to a pipe moves a full pipe per write. */
 #define COPY_CHUNK 65536
 
 /* A listing in progress: one batch at a time, refilled on a pool thread. */
@@ -566,11 +566,20 @@ static void fs_done(lull_work *work, int status) {
         finish(req, status < 0 ? status : req->result);
 }
 
+/* Whether req is in flight: submitted, or a listing between its trips.
+ * A request has no init of its own (uv_fs_t neither), so one never used
+ * holds whatever its memory held: only a request submitted here has
+ * fs_run in its work, and garbage that reads as in flight would refuse
+ * (-EBUSY) every call on it, for ever. */
+static bool fs_in_flight(const lull_fs *req) {
+    return req->work.fn == fs_run && (lull_work_busy(&req->work) || req->dir);
+}
+
 /* The request must not be in flight when its fields are rewritten. */
 static int fs_check(lull_loop *loop, lull_pool *pool, lull_fs *req,
                     lull_fs_fn cb) {
     if (!loop || !pool || !req || !cb) return -EINVAL;
-    if (lull_work_busy(&req->work) || req->dir) return -EBUSY;
+    if (fs_in_flight(req)) return -EBUSY;
     lull_work_init(&req->work, fs_run, fs_done);
     req->iov = NULL;
     req->iovcnt = 0;
@@ -894,9 +903,11 @@ int lull_fs_futime(lull_loop *loop, lull_pool *pool, lull_fs *req, int fd,
 }
 
 int lull_fs_cancel(lull_fs *req) {
-    if (!req) return -EINVAL;
+    /* Never submitted (fs_in_flight): its fields are not to be followed. */
+    if (!req || req->work.fn != fs_run) return -EINVAL;
     dir_state *st = req->dir;
     if (st && st->in_cb) {
+        if (req->stop) return -EBUSY; /* the end is on its way already */
         req->stop = true; /* scandir_done ends the listing after dir_cb */
         return 0;
     }

@@ -62,6 +62,13 @@
 /* A queue this long means the pool cannot keep up: the submitter should
  * hear about it (-EAGAIN) rather than hide the latency in a longer queue. */
 #define DEFAULT_MAX_QUEUED 1024
+/* The least stack a pool thread gets: libuv's for its pool threads too. A
+ * new thread's default comes from the main thread's RLIMIT_STACK (ulimit
+ * -s) or pthread_setattr_default_np, which a program may make small for
+ * threads of its own; work expects an ordinary stack (the file helpers'
+ * 64 KiB bounce buffers, getaddrinfo's NSS modules, the user's fn). Only
+ * the pages touched cost memory. A larger default is kept. */
+#define MIN_STACK ((size_t)8 << 20)
 
 typedef struct worker {
     lull_pool *pool;
@@ -560,20 +567,33 @@ int lull_pool_new(lull_pool **out, const lull_pool_options *opts) {
         strncpy(name, opts->name, sizeof name - 1);
         name[sizeof name - 1] = '\0';
     }
+    /* The process's defaults for new threads, but MIN_STACK at least. */
+    pthread_attr_t attr;
+    size_t stack = 0;
+    int rc = -pthread_getattr_default_np(&attr);
+    if (rc == 0) {
+        if (pthread_attr_getstacksize(&attr, &stack) == 0 && stack < MIN_STACK)
+            rc = -pthread_attr_setstacksize(&attr, MIN_STACK);
+        if (rc) pthread_attr_destroy(&attr);
+    }
+    if (rc) {
+        stop_pool(p);
+        return rc;
+    }
     /* Pool threads take no signals but the faults a work function may
      * raise itself (src/signal.c). */
     sigset_t old;
     lull__block_for_thread(&old);
-    int rc = 0;
     for (unsigned i = 0; i < threads; i++) {
         worker *w = &p->workers[i];
         w->pool = p;
-        rc = -pthread_create(&w->thread, NULL, worker_main, w);
+        rc = -pthread_create(&w->thread, &attr, worker_main, w);
         if (rc) break;
         p->threads++;
         pthread_setname_np(w->thread, name);
     }
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&attr);
     if (rc) {
         stop_pool(p);
         return rc;

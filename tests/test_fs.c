@@ -1405,6 +1405,38 @@ TEST_THREADED(fs_copy_range_overlapping_past_one_chunk) {
     fs_teardown();
 }
 
+/* In a child: new threads' stacks made small by default before the pool
+ * is made, as `ulimit -s 128` makes them (glibc sizes a thread's default
+ * stack by RLIMIT_STACK) or a program that runs many threads of its own
+ * with pthread_setattr_default_np. An overlapping copy takes the fallback,
+ * whose bounce buffers are on the pool thread's stack: it ran off the
+ * stack and the process died. */
+static void copy_with_small_default_stacks(void *arg) {
+    (void)arg;
+    pthread_attr_t small;
+    CHECK_EQ(pthread_attr_init(&small), 0);
+    CHECK_EQ(pthread_attr_setstacksize(&small, (size_t)128 << 10), 0);
+    CHECK_EQ(pthread_setattr_default_np(&small), 0);
+    fs_setup();
+    int fd = open_rw(path);
+    fill(fd, 300000);
+    char *before = malloc(200000), *after = malloc(200000);
+    CHECK_EQ(pread(fd, before, 200000, 0), 200000);
+    CHECK_EQ(run(lull_fs_copy_range(L, P, &R, fd, 1000, fd, 0, 200000, on_fs)),
+             200000);
+    CHECK_EQ(pread(fd, after, 200000, 1000), 200000);
+    CHECK(memcmp(after, before, 200000) == 0);
+    free(before);
+    free(after);
+    close(fd);
+    fs_teardown();
+    pthread_attr_destroy(&small);
+}
+
+TEST_THREADED(fs_copy_on_a_pool_made_with_small_default_stacks) {
+    CHECK(check_exits_cleanly(copy_with_small_default_stacks, NULL));
+}
+
 #ifdef CHECK_SANDBOX_ARCH
 /* In a child: statx, copy_file_range and sendfile refused with EPERM, as
  * older seccomp profiles refuse what they do not know (statx famously):
@@ -1717,6 +1749,26 @@ TEST_THREADED(fs_scandir_stopped_or_cancelled_in_a_batch) {
     fs_teardown();
 }
 
+/* A second cancel inside the same dir_cb: the end is on its way, as after
+ * a cancel while a trip is off the loop, so -EBUSY (it said 0, as if this
+ * cancel were the one that took). */
+static bool cancel_twice(lull_fs *req) {
+    CHECK_EQ(lull_fs_cancel(req), 0);
+    CHECK_EQ(lull_fs_cancel(req), -EBUSY);
+    return true;
+}
+
+TEST_THREADED(fs_scandir_cancelled_twice_in_a_batch) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 1000);
+    on_batch_hook = cancel_twice;
+    CHECK_EQ(list(in_dir("d")), -ECANCELED);
+    CHECK_EQ(batches, 1);
+    on_batch_hook = NULL;
+    fs_teardown();
+}
+
 /* Every kind of request cancelled while it waits behind a held thread:
  * its cb gets -ECANCELED once and nothing happened on disk. */
 static int cancelled_calls;
@@ -1952,6 +2004,43 @@ TEST_THREADED(fs_request_done_but_not_delivered_is_past_cancel_and_reuse) {
     CHECK_EQ(second_calls, 1);
     CHECK_EQ(second_result, 0);
     CHECK(S_ISDIR(second_st.mode));
+    fs_teardown();
+}
+
+/* A request has no init of its own (libuv's uv_fs_t neither): one on the
+ * stack, never used, holds whatever was there. Its garbage read as in
+ * flight, and every call on it said -EBUSY for ever; a cancel of it
+ * followed its garbage listing state (a crash), where one never submitted
+ * is -EINVAL. The same for a lookup. */
+static void on_lookup_of_garbage(lull_lookup *req, int status,
+                                 struct addrinfo *res) {
+    (void)req;
+    lookup_status = status;
+    if (res) freeaddrinfo(res);
+}
+
+TEST_THREADED(fs_request_never_zeroed_is_free) {
+    fs_setup();
+    lull_fs req;
+    memset(&req, 0xa5, sizeof req);
+    CHECK_EQ(lull_fs_cancel(&req), -EINVAL);
+    lull_stat st;
+    CHECK_EQ(run(lull_fs_stat(L, P, &req, dir, &st, on_fs)), 0);
+    CHECK(S_ISDIR(st.mode));
+    make_entries(dir, 3);
+    memset(&req, 0xa5, sizeof req);
+    CHECK_EQ(run(lull_fs_scandir(L, P, &req, dir, on_batch, on_fs)), 3);
+    lull_lookup lk;
+    memset(&lk, 0xa5, sizeof lk);
+    CHECK_EQ(lull_lookup_cancel(&lk), -EINVAL);
+    struct addrinfo hints = {.ai_family = AF_INET,
+                             .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV};
+    lookup_status = 1;
+    CHECK_EQ(lull_lookup_start(L, P, &lk, "127.0.0.1", "80", &hints,
+                               on_lookup_of_garbage),
+             0);
+    CHECK_EQ(lull_loop_run(L, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lookup_status, 0);
     fs_teardown();
 }
 
