@@ -258,6 +258,9 @@ struct server {
     uint64_t evicted_clients; /* clients closed so */
     uint64_t evict_steps;     /* clients looked at to find them (tests) */
     lull_task evict;          /* closes them after CONFIG SET lowered it */
+    /* Messages published put the clients over it: the ones holding the
+     * most are closed once the running command is done (run_batch). */
+    bool evict_due;
     char maxmemory_clients_text[24]; /* CONFIG GET's value */
 };
 

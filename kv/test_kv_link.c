@@ -1432,6 +1432,108 @@ TEST(subscriber_held_to_output_limit_within_a_publish_batch) {
     close_client(loop, &p);
 }
 
+/* Subscribers that do not read, and one request of their publisher
+ * (EXEC of 2 PUBLISHes of 64 KiB: 128 KiB to each of 64 subscribers, 8
+ * MiB in all) at a maxmemory-clients of 1 MiB: the messages count in the
+ * clients' sum as they are added, and the subscribers holding the most
+ * are closed once the request is done, until the rest are under the
+ * budget. They counted only once their owner sent them, a task per
+ * subscriber that runs as the loop's quantum allows: the socket took each
+ * one's 128 KiB whole, so none was ever seen holding anything, and none
+ * was closed; with kicks behind a publisher that goes on, 200
+ * subscribers held 200 MB of messages at a 32 MB budget and none was
+ * closed. An evicted subscriber's unsent messages go with it at once; the
+ * ones left get their messages whole. */
+TEST(subscribers_held_to_maxmemory_clients_within_a_publish_batch) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = kept_log;
+    p.obl[CLASS_PUBSUB].hard = 0; /* only the budget applies */
+    p.obl[CLASS_PUBSUB].soft = 0;
+    enum { SUBS = 64, N = 2, LEN = 64 << 10 };
+    size_t budget = (size_t)1 << 20;
+    conn_budget_set(&p, budget);
+    int sub[SUBS];
+    char got[64];
+    for (int i = 0; i < SUBS; i++) {
+        sub[i] = client_to(loop, &p, NULL);
+        send_all(sub[i], "SUBSCRIBE ch\r\n", 14);
+        read_some(loop, sub[i], got, sizeof got, 31);
+        CHECK(strncmp(got, "*3\r\n$9\r\nsubscribe", 17) == 0);
+    }
+    size_t cap = 64 + N * (LEN + 64), n = 0;
+    char *req = malloc(cap);
+    CHECK(req != NULL);
+    n += (size_t)sprintf(req + n, "MULTI\r\n");
+    for (int i = 0; i < N; i++) {
+        n += (size_t)sprintf(req + n,
+                             "*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$%d\r\n", LEN);
+        memset(req + n, 'm', LEN);
+        n += LEN;
+        n += (size_t)sprintf(req + n, "\r\n");
+    }
+    n += (size_t)sprintf(req + n, "EXEC\r\n");
+    /* The publisher's answer: +OK, N +QUEUED, then EXEC's *N of :SUBS. */
+    static char want[256];
+    size_t wl = (size_t)sprintf(want, "+OK\r\n");
+    for (int i = 0; i < N; i++)
+        wl += (size_t)sprintf(want + wl, "+QUEUED\r\n");
+    wl += (size_t)sprintf(want + wl, "*%d\r\n", N);
+    for (int i = 0; i < N; i++)
+        wl += (size_t)sprintf(want + wl, ":%d\r\n", SUBS);
+    static char ans[256];
+    int pub = client_to(loop, &p, NULL);
+    size_t at = 0, have = 0, gone_held = 0;
+    uint64_t t0 = now_ms();
+    while ((at < n || have < wl) && now_ms() - t0 < 10000) {
+        ssize_t w = at < n ? send(pub, req + at, n - at, MSG_DONTWAIT) : 0;
+        if (w > 0) at += (size_t)w;
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t r = recv(pub, ans + have, sizeof ans - 1 - have, MSG_DONTWAIT);
+        if (r > 0) have += (size_t)r;
+        /* An evicted client's unsent messages went with it, not at its
+         * close a turn later (the next command would add to them). */
+        for (conn *c = p.conns; c; c = c->next)
+            if (c->gone && !c->closing) gone_held += c->out.cap;
+    }
+    CHECK_EQ(at, n);
+    free(req);
+    ans[have] = 0;
+    CHECK(strcmp(ans, want) == 0);
+    CHECK_EQ(gone_held, (size_t)0);
+    /* Each subscriber: all its messages, or closed with none. */
+    size_t msg = (size_t)snprintf(NULL, 0,
+                                  "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n"
+                                  "$%d\r\n",
+                                  LEN) +
+                 LEN + 2;
+    char *in = malloc(N * msg + 1);
+    CHECK(in != NULL);
+    int whole = 0, closed = 0;
+    for (int i = 0; i < SUBS; i++) {
+        size_t got_n = read_some(loop, sub[i], in, N * msg + 1, N * msg);
+        if (got_n == N * msg) {
+            CHECK(memcmp(in, "*3\r\n$7\r\nmessage\r\n", 17) == 0);
+            whole++;
+        } else {
+            char b;
+            CHECK_EQ(recv(sub[i], &b, 1, MSG_DONTWAIT), 0); /* closed */
+            closed++;
+        }
+    }
+    free(in);
+    if (closed == 0 || (size_t)whole * N * msg > budget)
+        check_fail(__FILE__, __LINE__, "%d whole, %d closed: %s", whole, closed,
+                   last_line);
+    CHECK(strstr(last_line, "over maxmemory-clients") != NULL);
+    CHECK_EQ(p.evicted_clients, (uint64_t)closed);
+    for (int i = 0; i < SUBS; i++)
+        close(sub[i]);
+    close(pub);
+    close_client(loop, &p);
+}
+
 /* --------------------------------- a pipeline cut anywhere, end to end */
 
 #define S(lit) lit, sizeof(lit) - 1
