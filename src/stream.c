@@ -1130,8 +1130,14 @@ static void adopt(lull_stream *s) {
     s->state &= ~S_BLOCKED;
     /* A shutdown the parent asked for waits for the parent's queue: the
      * copy's write side is simply over, the socket left as it is. */
-    if (s->state & S_SHUT_WANT)
+    if (s->state & S_SHUT_WANT) {
         s->state = (s->state & ~S_SHUT_WANT) | S_SHUT_DONE;
+        /* The peer's EOF came first (read_eof kept the stream open for
+         * the queue it found, the parent's): both ways are done, as
+         * after_write ends a shutdown that follows an EOF. No user code
+         * here (a send may be the caller): the close comes later. */
+        if (s->state & S_EOF) fail_later(s, 0);
+    }
     if (s->done) lull__at_flush(s->loop, &s->flush);
     update_io(s);
 }
