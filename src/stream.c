@@ -1406,7 +1406,9 @@ static void read_eof(lull_stream *s) {
     }
     s->state |= S_EOF;
     update_io(s);
-    if (s->on_end) s->on_end(s);
+    /* on_end keeps the write side open; after this end's own shutdown
+     * (still writing its queue) there is none left to keep: no on_end. */
+    if (s->on_end && !(s->state & S_SHUT_WANT)) s->on_end(s);
 }
 
 /* One recv per readable callback: fair to the loop's other fds, and the
