@@ -1032,15 +1032,27 @@ static bool written_as_watched(const lull_stream *s) {
     return as_watched;
 }
 
+/* Ends the write side: the peer reads EOF. A socket is shut (SHUT_WR),
+ * which reaches the peer whoever else holds it; a pair's write fd is
+ * closed too, which is what ends a pipe, and a pair's socket is shut first
+ * because its close alone ends nothing while another fd holds the socket
+ * (an inetd-style service's stdin and stdout are one socket). A single fd
+ * of another kind cannot be half-closed. */
+static void shut_write(lull_stream *s) {
+    if (s->state & S_PAIR) {
+        if ((s->state & S_OUT_SOCK) && s->wio.fd >= 0)
+            shutdown(s->wio.fd, SHUT_WR);
+        close_wio(s);
+    } else if (s->state & S_OUT_SOCK) {
+        shutdown(s->io.fd, SHUT_WR);
+    }
+}
+
 /* After a write: shut the write side once the queue is empty, if asked. */
 static void after_write(lull_stream *s) {
     if (!s->head && (s->state & S_SHUT_WANT) && !(s->state & S_SHUT_DONE)) {
         s->state |= S_SHUT_DONE;
-        if (s->state & S_PAIR) {
-            close_wio(s); /* the reader's EOF */
-        } else if (s->state & S_OUT_SOCK) {
-            shutdown(s->io.fd, SHUT_WR); /* a failure shows on the read side */
-        }
+        shut_write(s); /* a failure shows on the read side */
         /* A single fd of another kind cannot be half-closed: written out,
          * it is done; a write-only one closes below (S_EOF). */
         /* Both ways done (on_end kept it open): nothing more can happen. */
@@ -1077,11 +1089,7 @@ static bool write_failed(lull_stream *s, int err, lull_frame **done,
     fds_drop_out(s);
     /* Ended as a shutdown ends it: a peer that is still there (the write
      * failed for another reason than its going) reads EOF. */
-    if (s->state & S_PAIR) {
-        close_wio(s);
-    } else if (s->state & S_OUT_SOCK) {
-        shutdown(s->io.fd, SHUT_WR);
-    }
+    shut_write(s);
     if (s->state & S_EOF) return true;
     /* The fd was closed behind the stream (EBADF, or ENOTSOCK once its
      * number went to a file): when it is the read fd too, no read will

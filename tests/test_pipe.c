@@ -426,6 +426,36 @@ TEST(pair_of_socket_and_pipe) {
     free_loop(loop);
 }
 
+/* A pair whose two fds are one socket (an inetd-style service's stdin and
+ * stdout, or a socket and its dup): lull_stream_shutdown must reach the
+ * peer, which reads the queue and then EOF. Closing the write fd alone
+ * does not end a socket another fd still holds (the stream's own read
+ * fd, here), so the peer waited for good, and the stream's own reading,
+ * waiting for the peer's EOF in turn, with it. */
+TEST(pair_of_one_socket_twice_shuts_it_down) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int out = fcntl(sv[0], F_DUPFD_CLOEXEC, 0);
+    CHECK(out >= 0);
+    end a = {0}, b = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &a.s, sv[0], out, NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b.s, sv[1], NULL), 0);
+    watch(&a);
+    watch(&b);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "last", 4), 0);
+    CHECK_EQ(lull_stream_shutdown(&a.s), 0);
+    run_until_at_least(loop, &b.closes, 1, 100); /* the frame, then EOF */
+    CHECK_EQ(b.frames, 1);
+    CHECK_EQ(memcmp(b.got, "last", 4), 0);
+    CHECK_EQ(b.reason, 0);
+    run_until_at_least(loop, &a.closes, 1, 100); /* b's close: a's EOF */
+    CHECK_EQ(a.reason, 0);
+    end_free(&a);
+    end_free(&b);
+    free_loop(loop);
+}
+
 /* What a stream cannot be: -EINVAL, and the fds are closed (the stream
  * owns them from the call on, also on failure). */
 static bool is_open(int fd) {
