@@ -1630,6 +1630,14 @@ bool lull__stream_live(lull_loop *loop, const lull_stream *s) {
     return lull__inuse_has(s);
 }
 
+/* TCP_NODELAY on the TCP socket a stream writes to, unless
+ * LULL_STREAM_NAGLE: the flush points batch already. */
+static void nodelay(int fd, unsigned flags) {
+    if (flags & LULL_STREAM_NAGLE) return;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 static int setup(lull_loop *loop, lull_stream *s, int fd,
                  const lull_stream_options *opts, bool tcp) {
     static const lull_stream_options defaults;
@@ -1682,10 +1690,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     s->state = S_COUNTED | S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK |
                (tcp ? S_TCP : 0);
     loop->handles++;
-    if (tcp && !(o->flags & LULL_STREAM_NAGLE)) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
+    if (tcp) nodelay(fd, o->flags);
     return 0;
 }
 
@@ -1859,6 +1864,9 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
     }
     lull__io_setup(loop, &s->wio, wfd, on_wio); /* cannot fail: checked */
     s->state |= S_PAIR;
+    /* Its writes go to wfd: the socket Nagle's algorithm would delay (an
+     * inetd-style service's stdout, a TCP connection). */
+    if (out & FD_TCP) nodelay(wfd, opts ? opts->flags : 0);
     rc = make_nonblocking(s, rfd, in, S_IO_NOWAIT, S_IO_NB);
     if (rc == 0) rc = make_nonblocking(s, wfd, out, S_WIO_NOWAIT, S_WIO_NB);
     if (rc < 0) {
