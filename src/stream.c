@@ -1395,6 +1395,10 @@ static void read_eof(lull_stream *s) {
         fail_now(s, -EPROTO); /* a frame cut short */
         return;
     }
+    /* A forked copy's queue is the parent's, which the copy never writes:
+     * dropped now (adopt), not kept for a write that may wait for good
+     * behind a full socket. */
+    if (lull__stream_inherited(s)) adopt(s);
     /* Writes still queued (a reply to the request that came with this EOF,
      * an HTTP/1.0 client's shutdown say) are written before the end, as
      * if a shutdown had asked for them: a peer that shut its side may
