@@ -1136,8 +1136,9 @@ LULL_EXTERN int lull_stream_open(lull_loop *loop, lull_stream *s, int fd,
                                  const lull_stream_options *opts);
 /* One stream over two fds: it reads rfd and writes wfd (a pipe each way,
  * say: a child's stdout and stdin). Owns both from here on, also on
- * failure. lull_stream_shutdown closes wfd once the queue is written, so
- * its reader sees EOF; reading goes on. rfd == wfd is lull_stream_open.
+ * failure. lull_stream_shutdown closes wfd once the queue is written (a
+ * socket shut down first, also held by another fd), so its reader sees
+ * EOF; reading goes on. rfd == wfd is lull_stream_open.
  * -EINVAL when rfd cannot be read or wfd written. */
 LULL_EXTERN int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd,
                                       int wfd, const lull_stream_options *opts);

@@ -1034,15 +1034,27 @@ static bool written_as_watched(const lull_stream *s) {
     return as_watched;
 }
 
+/* Ends the write side: the peer reads EOF. A socket is shut (SHUT_WR),
+ * which reaches the peer whoever else holds it; a pair's write fd is
+ * closed too, which is what ends a pipe, and a pair's socket is shut first
+ * because its close alone ends nothing while another fd holds the socket
+ * (an inetd-style service's stdin and stdout are one socket). A single fd
+ * of another kind cannot be half-closed. */
+static void shut_write(lull_stream *s) {
+    if (s->state & S_PAIR) {
+        if ((s->state & S_OUT_SOCK) && s->wio.fd >= 0)
+            shutdown(s->wio.fd, SHUT_WR);
+        close_wio(s);
+    } else if (s->state & S_OUT_SOCK) {
+        shutdown(s->io.fd, SHUT_WR);
+    }
+}
+
 /* After a write: shut the write side once the queue is empty, if asked. */
 static void after_write(lull_stream *s) {
     if (!s->head && (s->state & S_SHUT_WANT) && !(s->state & S_SHUT_DONE)) {
         s->state |= S_SHUT_DONE;
-        if (s->state & S_PAIR) {
-            close_wio(s); /* the reader's EOF */
-        } else if (s->state & S_OUT_SOCK) {
-            shutdown(s->io.fd, SHUT_WR); /* a failure shows on the read side */
-        }
+        shut_write(s); /* a failure shows on the read side */
         /* A single fd of another kind cannot be half-closed: written out,
          * it is done; a write-only one closes below (S_EOF). */
         /* Both ways done (on_end kept it open): nothing more can happen. */
@@ -1079,11 +1091,7 @@ static bool write_failed(lull_stream *s, int err, lull_frame **done,
     fds_drop_out(s);
     /* Ended as a shutdown ends it: a peer that is still there (the write
      * failed for another reason than its going) reads EOF. */
-    if (s->state & S_PAIR) {
-        close_wio(s);
-    } else if (s->state & S_OUT_SOCK) {
-        shutdown(s->io.fd, SHUT_WR);
-    }
+    shut_write(s);
     if (s->state & S_EOF) return true;
     /* The fd was closed behind the stream (EBADF, or ENOTSOCK once its
      * number went to a file): when it is the read fd too, no read will
@@ -1132,8 +1140,14 @@ static void adopt(lull_stream *s) {
     s->state &= ~S_BLOCKED;
     /* A shutdown the parent asked for waits for the parent's queue: the
      * copy's write side is simply over, the socket left as it is. */
-    if (s->state & S_SHUT_WANT)
+    if (s->state & S_SHUT_WANT) {
         s->state = (s->state & ~S_SHUT_WANT) | S_SHUT_DONE;
+        /* The peer's EOF came first (read_eof kept the stream open for
+         * the queue it found, the parent's): both ways are done, as
+         * after_write ends a shutdown that follows an EOF. No user code
+         * here (a send may be the caller): the close comes later. */
+        if (s->state & S_EOF) fail_later(s, 0);
+    }
     if (s->done) lull__at_flush(s->loop, &s->flush);
     update_io(s);
 }
@@ -1383,6 +1397,10 @@ static void read_eof(lull_stream *s) {
         fail_now(s, -EPROTO); /* a frame cut short */
         return;
     }
+    /* A forked copy's queue is the parent's, which the copy never writes:
+     * dropped now (adopt), not kept for a write that may wait for good
+     * behind a full socket. */
+    if (lull__stream_inherited(s)) adopt(s);
     /* Writes still queued (a reply to the request that came with this EOF,
      * an HTTP/1.0 client's shutdown say) are written before the end, as
      * if a shutdown had asked for them: a peer that shut its side may
@@ -1402,7 +1420,9 @@ static void read_eof(lull_stream *s) {
     }
     s->state |= S_EOF;
     update_io(s);
-    if (s->on_end) s->on_end(s);
+    /* on_end keeps the write side open; after this end's own shutdown
+     * (still writing its queue) there is none left to keep: no on_end. */
+    if (s->on_end && !(s->state & S_SHUT_WANT)) s->on_end(s);
 }
 
 /* One recv per readable callback: fair to the loop's other fds, and the
@@ -1615,6 +1635,14 @@ bool lull__stream_live(lull_loop *loop, const lull_stream *s) {
     return lull__inuse_has(s);
 }
 
+/* TCP_NODELAY on the TCP socket a stream writes to, unless
+ * LULL_STREAM_NAGLE: the flush points batch already. */
+static void nodelay(int fd, unsigned flags) {
+    if (flags & LULL_STREAM_NAGLE) return;
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 static int setup(lull_loop *loop, lull_stream *s, int fd,
                  const lull_stream_options *opts, bool tcp) {
     static const lull_stream_options defaults;
@@ -1667,10 +1695,7 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
     s->state = S_COUNTED | S_OWN_BUF | S_READING | S_SOCK | S_OUT_SOCK |
                (tcp ? S_TCP : 0);
     loop->handles++;
-    if (tcp && !(o->flags & LULL_STREAM_NAGLE)) {
-        int one = 1;
-        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    }
+    if (tcp) nodelay(fd, o->flags);
     return 0;
 }
 
@@ -1844,6 +1869,9 @@ int lull_stream_open_pair(lull_loop *loop, lull_stream *s, int rfd, int wfd,
     }
     lull__io_setup(loop, &s->wio, wfd, on_wio); /* cannot fail: checked */
     s->state |= S_PAIR;
+    /* Its writes go to wfd: the socket Nagle's algorithm would delay (an
+     * inetd-style service's stdout, a TCP connection). */
+    if (out & FD_TCP) nodelay(wfd, opts ? opts->flags : 0);
     rc = make_nonblocking(s, rfd, in, S_IO_NOWAIT, S_IO_NB);
     if (rc == 0) rc = make_nonblocking(s, wfd, out, S_WIO_NOWAIT, S_WIO_NB);
     if (rc < 0) {

@@ -547,6 +547,89 @@ TEST(fork_child_shuts_down_an_inherited_stream) {
     close_pair_and_free(loop, &a, &b);
 }
 
+/* The peer's EOF read in a child before its first flush, with a frame the
+ * parent queued before the fork: the child's read_eof takes the queue for
+ * one to write before the end (as for any EOF with writes queued), then
+ * its first flush finds the queue the parent's and drops it. Both ways are
+ * done in the copy then, and it closes with 0 (no on_end): it used to be
+ * left open for good, unwatched, its close callback never run, the loop
+ * refusing lull_loop_free. The parent writes its frame, once, then ends. */
+TEST(fork_child_reading_the_peers_eof_with_the_parents_queue_closes) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_note_close);
+    fork_closes = 0;
+    fork_reason = 1;
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, "parent", 6), 0); /* queued */
+    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0);                    /* a reads EOF */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        for (int i = 0; i < 10 && !fork_closes; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        if (fork_closes != 1 || fork_reason != 0) _exit(3);
+        _exit(lull_loop_free(loop) == 0 ? 0 : 4);
+    }
+    int status = wait_for_child(pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    for (int i = 0; i < 10 && !fork_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(fork_closes, 1);
+    CHECK_EQ(fork_reason, 0);
+    char buf[32];
+    CHECK_EQ(recv(sv[1], buf, sizeof buf, MSG_DONTWAIT), 10); /* once */
+    CHECK_EQ(memcmp(buf + 4, "parent", 6), 0);
+    CHECK_EQ(recv(sv[1], buf, sizeof buf, MSG_DONTWAIT), 0); /* then EOF */
+    close(sv[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The same with the parent's queue stuck behind a full socket (the peer
+ * reads nothing more): the child has nothing of its own to write, so the
+ * peer's EOF closes its copy at once; it used to wait for writability to
+ * drop the parent's queue, for as long as the peer did not read. */
+TEST(fork_child_reading_the_peers_eof_behind_a_full_socket_closes) {
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream a;
+    CHECK_EQ(lull_stream_open(loop, &a, sv[0], NULL), 0);
+    lull_endpoint_set_callbacks(&a.ep, NULL, NULL, fork_note_close);
+    fork_closes = 0;
+    fork_reason = 1;
+    static char big[1 << 20];
+    CHECK_EQ(lull_endpoint_send_copy(&a.ep, big, sizeof big), 0);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(a.ep.queued > 0);                /* stuck: the socket is full */
+    CHECK_EQ(shutdown(sv[1], SHUT_WR), 0); /* a reads EOF */
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        for (int i = 0; i < 10 && !fork_closes; i++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        if (fork_closes != 1 || fork_reason != 0) _exit(3);
+        _exit(lull_loop_free(loop) == 0 ? 0 : 4);
+    }
+    int status = wait_for_child(pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(fork_closes, 0); /* the parent still writes its queue */
+    close(sv[1]);
+    for (int i = 0; i < 100 && !fork_closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(fork_closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 static void count_readable(lull_io *io, int events) {
     watched *w = LULL_CONTAINER_OF(io, watched, io);
     CHECK(events & LULL_READABLE);

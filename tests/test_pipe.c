@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <lull.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -424,6 +425,88 @@ TEST(pair_of_socket_and_pipe) {
     end_free(&b);
     end_free(&c);
     free_loop(loop);
+}
+
+/* A pair whose two fds are one socket (an inetd-style service's stdin and
+ * stdout, or a socket and its dup): lull_stream_shutdown must reach the
+ * peer, which reads the queue and then EOF. Closing the write fd alone
+ * does not end a socket another fd still holds (the stream's own read
+ * fd, here), so the peer waited for good, and the stream's own reading,
+ * waiting for the peer's EOF in turn, with it. */
+TEST(pair_of_one_socket_twice_shuts_it_down) {
+    lull_loop *loop = new_loop();
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    int out = fcntl(sv[0], F_DUPFD_CLOEXEC, 0);
+    CHECK(out >= 0);
+    end a = {0}, b = {0};
+    CHECK_EQ(lull_stream_open_pair(loop, &a.s, sv[0], out, NULL), 0);
+    CHECK_EQ(lull_stream_open(loop, &b.s, sv[1], NULL), 0);
+    watch(&a);
+    watch(&b);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "last", 4), 0);
+    CHECK_EQ(lull_stream_shutdown(&a.s), 0);
+    run_until_at_least(loop, &b.closes, 1, 100); /* the frame, then EOF */
+    CHECK_EQ(b.frames, 1);
+    CHECK_EQ(memcmp(b.got, "last", 4), 0);
+    CHECK_EQ(b.reason, 0);
+    run_until_at_least(loop, &a.closes, 1, 100); /* b's close: a's EOF */
+    CHECK_EQ(a.reason, 0);
+    end_free(&a);
+    end_free(&b);
+    free_loop(loop);
+}
+
+/* A TCP connection on loopback: *client and *server, plain sockets. */
+static void tcp_pair(int *client, int *server) {
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(l >= 0);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    CHECK_EQ(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(l, 1), 0);
+    CHECK_EQ(getsockname(l, (struct sockaddr *)&a, &len), 0);
+    *client = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(*client >= 0);
+    CHECK_EQ(connect(*client, (struct sockaddr *)&a, sizeof a), 0);
+    *server = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    CHECK(*server >= 0);
+    close(l);
+}
+
+static int nodelay(int fd) {
+    int on = -1;
+    socklen_t len = sizeof on;
+    CHECK_EQ(getsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, &len), 0);
+    return on;
+}
+
+/* TCP_NODELAY is on for a stream's TCP writes unless LULL_STREAM_NAGLE,
+ * a pair's too: its write fd is the one Nagle's algorithm would hold
+ * back (an inetd-style service's stdout is the TCP connection). Only
+ * the read fd was ever set, and only by lull_stream_open. */
+TEST(pair_writing_tcp_turns_nagle_off) {
+    for (int nagle = 0; nagle < 2; nagle++) {
+        lull_loop *loop = new_loop();
+        int c, srv, p[2];
+        tcp_pair(&c, &srv);
+        CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+        int probe = fcntl(c, F_DUPFD_CLOEXEC, 0); /* the same socket */
+        CHECK(probe >= 0);
+        CHECK_EQ(nodelay(probe), 0);
+        lull_stream_options o = {.flags = nagle ? LULL_STREAM_NAGLE : 0};
+        end e = {0};
+        CHECK_EQ(lull_stream_open_pair(loop, &e.s, p[0], c, &o), 0);
+        watch(&e);
+        CHECK_EQ(nodelay(probe) != 0, !nagle);
+        CHECK_EQ(lull_endpoint_close(&e.s.ep, 0), 0);
+        close(probe);
+        close(srv);
+        close(p[1]);
+        end_free(&e);
+        free_loop(loop);
+    }
 }
 
 /* What a stream cannot be: -EINVAL, and the fds are closed (the stream

@@ -2622,6 +2622,47 @@ TEST(peer_eof_after_own_shutdown_closes_without_on_end) {
     free_loop(loop);
 }
 
+/* The same when the shutdown is still writing its queue (the peer not
+ * reading yet) as the peer's EOF comes: the write side is this end's to
+ * end already, so on_end has nothing to keep open and does not run; the
+ * queue is written, then the stream closes with 0. on_end used to run
+ * there, as if no shutdown had been asked. */
+TEST(peer_eof_while_own_shutdown_writes_its_queue_skips_on_end) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    int peer;
+    lull_stream_options o = {.flags = LULL_STREAM_RAW};
+    owner *ow = owner_raw(loop, &peer, &o);
+    shrink_buffers(lull_stream_fd(&ow->s));
+    shrink_buffers(peer);
+    lull_stream_set_on_end(&ow->s, count_end);
+    g_ends = 0;
+    owner_send(ow, 8, sizeof ow->blob); /* more than the sockets hold */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(ow->released < ow->sent); /* still writing */
+    CHECK_EQ(lull_stream_shutdown(&ow->s), 0);
+    CHECK_EQ(shutdown(peer, SHUT_WR), 0); /* the peer's EOF */
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(g_owner_closes, 0); /* the queue is still being written */
+    CHECK_EQ(g_ends, 0);
+    size_t got = 0;
+    char b[4096];
+    for (int i = 0; i < 10000 && !g_owner_closes; i++) {
+        ssize_t n = recv(peer, b, sizeof b, MSG_DONTWAIT);
+        if (n > 0) got += (size_t)n;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    }
+    ssize_t n;
+    while ((n = recv(peer, b, sizeof b, MSG_DONTWAIT)) > 0)
+        got += (size_t)n;
+    CHECK_EQ(n, 0); /* then the shutdown's EOF */
+    CHECK_U64_EQ(got, 8 * sizeof ow->blob);
+    owner_closed_once(loop, 0);
+    CHECK_EQ(g_ends, 0);
+    close(peer);
+    free_loop(loop);
+}
+
 /* A local close racing a close the stream has found but not delivered
  * yet (a failed write inside lull_endpoint_send, told in a later turn; the
  * peer's EOF not read yet): the local close replaces it, and the one close
