@@ -792,8 +792,10 @@ static void cmd_hello(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             user = &a[j + 1];
             j += 2;
         } else if (resp_is(&a[j], "SETNAME") && more >= 1) {
-            /* Checked here, before AUTH runs, as redis-server checks each
-             * option in its order: a refused HELLO signs no one in. */
+            /* Checked here, before AUTH runs: a refused HELLO signs no
+             * one in. (redis-server 7.0 runs each option in its order, so
+             * an AUTH before a bad SETNAME leaves it signed in; the
+             * reply is the same error.) */
             name = &a[++j];
             if (!name_ok(name, out)) return;
         } else {
