@@ -127,8 +127,9 @@ VALGRIND_FLAGS ?= --quiet --error-exitcode=99 --leak-check=full \
 # RLIMIT_NOFILE too (valgrind 3.19 asserts in its own syscall wrapper
 # there); test_pipe.signals_during_writes_change_nothing, the same
 # SIGALRM storm over 16 MiB; test_process.rlimit_nofile_for_the_child and
-# test_fdpass.fds_dropped_under_low_rlimit_close_the_stream and
-# frames_before_dropped_fds_still_arrive, which lower it too; and
+# test_fdpass.fds_dropped_under_low_rlimit_close_the_stream,
+# frames_before_dropped_fds_still_arrive and
+# raw_read_whose_fds_were_dropped_keeps_its_bytes, which lower it too; and
 # test_process.fork_while_another_thread_detaches and
 # fork_during_the_first_detach, whose fork()ed copies of a threaded
 # program hold the other thread's loop, which memcheck in the copy counts
@@ -148,7 +149,7 @@ VALGRIND_FLAGS ?= --quiet --error-exitcode=99 --leak-check=full \
 # are Redis' digits of an 80-bit long double, which valgrind computes in
 # 64 bits. The memory they touch is covered by the other cases and by
 # ASan.
-VALGRIND_SKIP ?= test_metrics.busy_and_idle_time|test_quantum.producer_yields|test_quantum.due_timer_fires_during_long_producer|test_quantum.quantum_on_virtual_clock|test_timer.repeat_real_clock_skips_missed_periods|test_stream.producer_waiting_for_drain_does_not_hold_the_slice|test_stream.accept_out_of_fds_does_not_spin|test_stream.signals_interrupt_reads_and_writes|test_process.emfile_at_spawn|test_process.rlimit_nofile_for_the_child|test_fdpass.fds_dropped_under_low_rlimit_close_the_stream|test_process.fork_while_another_thread_detaches|test_process.fork_during_the_first_detach|test_pipe.signals_during_writes_change_nothing|test_fdpass.frames_before_dropped_fds_still_arrive|test_kv.incrbyfloat_as_redis|test_kv.incrbyfloat_logged_as_set_keepttl|test_kv.hincrbyfloat_as_redis|test_kv_link.snapshot_without_fork_falls_back_to_inline|test_process.child_starts_with_the_first_and_last_signals_at_default|test_stream.accept_paused_then_closed_by_its_owner|test_pool.pool_work_done_before_fork_comes_back_done_in_the_child|test_tls.server_out_of_fds_accepts_once_they_are_back
+VALGRIND_SKIP ?= test_metrics.busy_and_idle_time|test_quantum.producer_yields|test_quantum.due_timer_fires_during_long_producer|test_quantum.quantum_on_virtual_clock|test_timer.repeat_real_clock_skips_missed_periods|test_stream.producer_waiting_for_drain_does_not_hold_the_slice|test_stream.accept_out_of_fds_does_not_spin|test_stream.signals_interrupt_reads_and_writes|test_process.emfile_at_spawn|test_process.rlimit_nofile_for_the_child|test_fdpass.fds_dropped_under_low_rlimit_close_the_stream|test_process.fork_while_another_thread_detaches|test_process.fork_during_the_first_detach|test_pipe.signals_during_writes_change_nothing|test_fdpass.frames_before_dropped_fds_still_arrive|test_fdpass.raw_read_whose_fds_were_dropped_keeps_its_bytes|test_kv.incrbyfloat_as_redis|test_kv.incrbyfloat_logged_as_set_keepttl|test_kv.hincrbyfloat_as_redis|test_kv_link.snapshot_without_fork_falls_back_to_inline|test_process.child_starts_with_the_first_and_last_signals_at_default|test_stream.accept_paused_then_closed_by_its_owner|test_pool.pool_work_done_before_fork_comes_back_done_in_the_child|test_tls.server_out_of_fds_accepts_once_they_are_back
 empty :=
 space := $(empty) $(empty)
 comma := ,
