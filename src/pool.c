@@ -168,18 +168,21 @@ bool lull__pool_thread(void) {
     return is_pool_thread;
 }
 
-/* On w's thread, its fn returned, under the lock (held again on return):
- * an item let go (lull__work_let_go) ends here, with no loop to tell. */
+/* On w's thread, its fn returned, under the lock: an item let go
+ * (lull__work_let_go) ends here, with no loop to tell. Dropped in this
+ * hold of the lock, which a fork() takes first (fork_prepare): the
+ * child's copy is then either still this thread's current, which
+ * forget_threads drops, or freed already. Dropped after the unlock, a
+ * fork() meanwhile left the child a copy that no thread there held, so
+ * nothing freed it, nor its pool reference. drop only frees memory. */
 static void drop_let_go(lull_pool *p, worker *me, lull_work *w) {
+    w->done(w, w->status); /* frees w */
     me->current = NULL;
     p->running--;
     p->completed++;
-    pthread_mutex_unlock(&p->lock);
-    w->done(w, w->status); /* frees w */
     /* Never the last reference: lull_pool_free holds its own until it
      * has joined this thread. */
-    pool_release(p);
-    pthread_mutex_lock(&p->lock);
+    __atomic_sub_fetch(&p->refs, 1, __ATOMIC_ACQ_REL);
 }
 
 static void *worker_main(void *arg) {

@@ -28,9 +28,10 @@ int lull__work_submit_again(lull_loop *loop, lull_pool *pool, lull_work *work);
  * reference lull_work_submit took: w no longer keeps lull_loop_run going
  * nor lull_loop_free from freeing the loop), and when fn returns, its
  * thread calls drop(w, status) there instead of posting the completion.
- * drop frees what w holds and touches no loop. 0, or -EBUSY where w is not
- * running on a thread (waiting: cancel it; done and its completion posted:
- * that completion runs as usual). The loop's thread. */
+ * drop frees what w holds and touches no loop; it runs under the pool's
+ * lock, so it takes none of lull's locks (free and freeaddrinfo only). 0, or
+ * -EBUSY where w is not running on a thread (waiting: cancel it; done and its
+ * completion posted: that completion runs as usual). The loop's thread. */
 int lull__work_let_go(lull_work *w, lull_work_done_fn drop);
 
 #endif

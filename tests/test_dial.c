@@ -17,6 +17,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -820,10 +823,30 @@ static int answer_then_hold(const char *service, const struct addrinfo *hints,
     return rc;
 }
 
+/* The answer of the last SLOW_NAME lookup, and whether it was freed. With
+ * slow_hold_drop, its freeing (a lookup let go, dropped on the pool's
+ * thread) first says so (slow_dropping), then waits until the thread
+ * slow_forker has forked or waits for a lock in fork() (check.h). */
+static struct addrinfo *slow_list;
+static bool slow_list_freed;
+static bool slow_hold_drop;
+static int slow_dropping, slow_forked, slow_forker;
+
+static void hold_the_drop(void) {
+    __atomic_store_n(&slow_dropping, 1, __ATOMIC_RELEASE);
+    while (
+        !__atomic_load_n(&slow_forked, __ATOMIC_ACQUIRE) &&
+        !check_in_futex_wait(__atomic_load_n(&slow_forker, __ATOMIC_ACQUIRE)))
+        sched_yield();
+}
+
 void __real_freeaddrinfo(struct addrinfo *ai);
 void __wrap_freeaddrinfo(struct addrinfo *ai) {
     if (ai && ai == forked_list) forked_list_freed = true;
+    bool slow = ai && ai == slow_list;
+    if (slow && slow_hold_drop) hold_the_drop();
     __real_freeaddrinfo(ai);
+    if (slow) __atomic_store_n(&slow_list_freed, true, __ATOMIC_RELEASE);
 }
 
 int __wrap_getaddrinfo(const char *node, const char *service,
@@ -838,7 +861,9 @@ int __wrap_getaddrinfo(const char *node, const char *service,
     char c;
     while (read(slow_pipe[0], &c, 1) < 0) {
     }
-    return __real_getaddrinfo("localhost", service, hints, res);
+    int rc = __real_getaddrinfo("localhost", service, hints, res);
+    slow_list = rc == 0 ? *res : NULL;
+    return rc;
 }
 
 /* Dials SLOW_NAME with o on a pool of one thread, and waits until the
@@ -972,6 +997,61 @@ TEST_THREADED(timed_out_dial_leaves_the_loop_free_in_parent_and_child) {
     CHECK_EQ(dial_calls, 1);
     close(slow_pipe[0]);
     close(slow_pipe[1]);
+}
+
+/* A fork() while the pool's thread drops a lookup let go (its answer
+ * being freed): the child's copy of that lookup is freed too, not left
+ * with nothing in the child to free it (the thread had let go of it before
+ * the drop, outside the pool's lock, so the child's pool forgot it while
+ * the parent's thread, which the child lacks, was freeing it). The fork
+ * comes from another thread, while the drop waits: the case checks, in
+ * the child, that the answer's copy there was freed. */
+static void *fork_in_the_drop(void *arg) {
+    (void)arg;
+    __atomic_store_n(&slow_forker, (int)gettid(), __ATOMIC_RELEASE);
+    while (!__atomic_load_n(&slow_dropping, __ATOMIC_ACQUIRE))
+        sched_yield();
+    pid_t pid = fork();
+    if (pid == 0) _exit(slow_list_freed ? 0 : 1);
+    __atomic_store_n(&slow_forked, 1, __ATOMIC_RELEASE);
+    int status = -1;
+    if (pid > 0 && waitpid(pid, &status, 0) != pid) status = -1;
+    /* Alive until the drop is over: hold_the_drop reads its state. */
+    while (!__atomic_load_n(&slow_list_freed, __ATOMIC_ACQUIRE))
+        sched_yield();
+    return (void *)(intptr_t)status;
+}
+
+TEST_THREADED(fork_while_a_lookup_let_go_is_dropped_frees_the_childs_copy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    lull_dial d = {0};
+    lull_stream s;
+    slow_list = NULL;
+    slow_list_freed = false;
+    slow_dropping = slow_forked = slow_forker = 0;
+    lull_pool *pool = dial_slow_name(loop, &d, &s, NULL);
+    CHECK_EQ(lull_dial_cancel(&d), 0);
+    for (int i = 0; i < 10 && !dial_calls; i++)
+        CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(dial_status, -ECANCELED);
+    slow_hold_drop = true;
+    fflush(NULL);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, fork_in_the_drop, NULL), 0);
+    while (!__atomic_load_n(&slow_forker, __ATOMIC_ACQUIRE))
+        sched_yield();
+    CHECK_EQ(write(slow_pipe[1], "x", 1), 1); /* the lookup returns */
+    void *status;
+    CHECK_EQ(pthread_join(th, &status), 0);
+    slow_hold_drop = false;
+    int st = (int)(intptr_t)status;
+    CHECK(WIFEXITED(st));
+    CHECK_EQ(WEXITSTATUS(st), 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK(slow_list_freed);
+    close(slow_pipe[0]);
+    close(slow_pipe[1]);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 /* Huge durations mean "a long time", never "at once": the deadline and
