@@ -443,10 +443,11 @@ struct sim {
     uint64_t turns, turns_at, turns_events;
     bool stop_asked; /* the sim stopped the loop: run_loop returns */
     bool per_record;
-    size_t repl_limit; /* replica output limit (0: Redis' default) */
-    size_t high_water; /* the primary's connections' (0: default) */
-    size_t chunk_size; /* the write log's chunks (0: REPL_CHUNK) */
-    uint64_t backlog;  /* the primary's repl-backlog-size (0: default) */
+    size_t repl_limit;      /* replica output limit (0: Redis' default) */
+    uint64_t limit_log_end; /* the primary's log end check_link_limits saw */
+    size_t high_water;      /* the primary's connections' (0: default) */
+    size_t chunk_size;      /* the write log's chunks (0: REPL_CHUNK) */
+    uint64_t backlog;       /* the primary's repl-backlog-size (0: default) */
     /* The primary's whole log, which its own trims to the backlog: each
      * byte and record start copied before a trim can free it (the log's
      * `pinned` hook), for the checks that replay it from 0. */
@@ -3988,6 +3989,33 @@ static void run_loop(sim *S) {
  * history (a full resync from another replid); it is a record boundary
  * of the primary's log and never inside a transaction; one that has
  * applied the whole log holds the primary's keyspace. */
+/* A replica link is held to the replica class's hard limit as records
+ * are logged (wake_links checks each link the log grew for): so after a
+ * network event that grew the primary's log, no link still open holds
+ * the limit or more (client-output-buffer-limit: at the limit is over
+ * it, as in Redis). Between writes a link may stay over (a resume's
+ * backlog queued at once is checked at the next write or drain). */
+static void check_link_limits(sim *S) {
+    server *srv = &S->nodes[0].srv;
+    size_t hard = srv->obl[CLASS_REPLICA].hard;
+    bool grew = srv->kv.log.end != S->limit_log_end;
+    S->limit_log_end = srv->kv.log.end;
+    if (!hard || !grew) return;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next) {
+        rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
+        if (!l->c || l->c->gone || l->c->closing) continue;
+        size_t used = link_output(l);
+        if (used >= hard) {
+            fail(S,
+                 "primary: replica link %s holds %zu bytes of output, at "
+                 "or over the replica hard limit (%zu), after records "
+                 "were logged, and is still open",
+                 l->c->name, used, hard);
+            return;
+        }
+    }
+}
+
 static void check_offsets(lull_simnet *net, void *arg) {
     (void)net;
     sim *S = arg;
@@ -4010,6 +4038,8 @@ static void check_offsets(lull_simnet *net, void *arg) {
     check_expiry_on_time(S);
     if (S->failed) return;
     check_wakeups(S);
+    if (S->failed) return;
+    check_link_limits(S);
     if (S->failed) return;
     for (int i = 1; i <= S->nreplicas; i++) {
         node *n = &S->nodes[i];
