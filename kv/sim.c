@@ -1575,6 +1575,16 @@ static void big_value(client *cl, model_cmd *c, int *key) {
     if (below(r, 4) && to_big_key(cl, c, key)) S->same_len++;
 }
 
+/* c on the client's first key, from *key on, that holds a list, if any. */
+static void to_list_key(client *cl, model_cmd *c, int *key) {
+    for (int i = 0; i < KEYS; i++)
+        if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
+            *key = (*key + i) % KEYS;
+            snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+            return;
+        }
+}
+
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
@@ -1664,18 +1674,18 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * (often held before too: from which end LREM counts, and where
      * LPOS's negative rank starts, shows) */
     if ((c->op == OP_LREM || c->op == OP_LPOS) && below(r, 4)) {
-        for (int i = 0; i < KEYS; i++) /* to a key with a list, if any */
-            if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
-                *key = (*key + i) % KEYS;
-                snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
-                break;
-            }
+        to_list_key(cl, c, key);
         const model_val *l = &cl->keys[*key].c[0];
         uint32_t i = (uint32_t)below(r, 300);
         model_list_item(l, below(r, 2) && l->items ? l->items - 1u : i, c);
     }
-    if (c->op == OP_LINSERT && below(r, 4))
+    /* LINSERT at an item of a list too: on whatever key was drawn, it
+     * found a list of one item or none, and never moved a long list's
+     * head side (list_insert's shift of the items before the place). */
+    if (c->op == OP_LINSERT && below(r, 4)) {
+        to_list_key(cl, c, key);
         model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
+    }
     /* ZADD's options: mostly one of NX and XX, one of GT and LT, CH,
      * INCR, now and then any six bits (the combinations refused);
      * ZRANGE's REV and WITHSCORES. Scores mostly small integers, some
