@@ -1575,10 +1575,11 @@ static void big_value(client *cl, model_cmd *c, int *key) {
     if (below(r, 4) && to_big_key(cl, c, key)) S->same_len++;
 }
 
-/* c on the client's first key, from *key on, that holds a list, if any. */
-static void to_list_key(client *cl, model_cmd *c, int *key) {
+/* c on the client's first key, from *key on, that holds a value of
+ * type, if any. */
+static void to_type_key(client *cl, model_cmd *c, int *key, int type) {
     for (int i = 0; i < KEYS; i++)
-        if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
+        if (cl->keys[(*key + i) % KEYS].c[0].type == type) {
             *key = (*key + i) % KEYS;
             snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
             return;
@@ -1674,7 +1675,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * (often held before too: from which end LREM counts, and where
      * LPOS's negative rank starts, shows) */
     if ((c->op == OP_LREM || c->op == OP_LPOS) && below(r, 4)) {
-        to_list_key(cl, c, key);
+        to_type_key(cl, c, key, MODEL_LIST);
         const model_val *l = &cl->keys[*key].c[0];
         uint32_t i = (uint32_t)below(r, 300);
         model_list_item(l, below(r, 2) && l->items ? l->items - 1u : i, c);
@@ -1683,7 +1684,7 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * found a list of one item or none, and never moved a long list's
      * head side (list_insert's shift of the items before the place). */
     if (c->op == OP_LINSERT && below(r, 4)) {
-        to_list_key(cl, c, key);
+        to_type_key(cl, c, key, MODEL_LIST);
         model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
     }
     /* ZADD's options: mostly one of NX and XX, one of GT and LT, CH,
@@ -1706,8 +1707,22 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * SMOVEs onto their own set (nothing moves). ZRANGE mostly of the
      * sorted sets' key, where its negative ranks land inside. */
     if ((c->op == OP_SMOVE || c->op == OP_SREM || c->op == OP_ZREM) &&
+        below(r, 2)) {
+        uint32_t i = (uint32_t)below(r, 8);
+        const model_val *v = &cl->keys[*key].c[0];
+        if (c->op == OP_SREM) { /* of a set, now and then its last member */
+            to_type_key(cl, c, key, MODEL_SET);
+            v = &cl->keys[*key].c[0];
+            if (below(r, 3) == 0 && v->items) i = v->items - 1;
+        }
+        model_member(v, i, c);
+    }
+    /* And half the reads that walk a set's array of members (SMEMBERS,
+     * SPOP, SRANDMEMBER) of a set: on the key drawn they rarely met one
+     * that SREMs had changed, where a member's place in the array shows. */
+    if ((c->op == OP_SMEMBERS || c->op == OP_SPOP || c->op == OP_SRANDMEMBER) &&
         below(r, 2))
-        model_member(&cl->keys[*key].c[0], (uint32_t)below(r, 8), c);
+        to_type_key(cl, c, key, MODEL_SET);
     if (c->op == OP_SMOVE && below(r, 3) == 0) {
         *key2 = *key;
         snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key2);
