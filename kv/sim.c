@@ -1707,6 +1707,9 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         uint32_t i = (uint32_t)below(r, 300);
         model_list_item(l, below(r, 2) && l->items ? l->items - 1u : i, c);
     }
+    /* A third of the LPOSs with MAXLEN: of 1 to 8 items (the item asked
+     * for is often further). */
+    if (c->op == OP_LPOS && below(r, 3) == 0) c->cnt = 1 + (int64_t)below(r, 8);
     /* LINSERT at an item of a list too: on whatever key was drawn, it
      * found a list of one item or none, and never moved a long list's
      * head side (list_insert's shift of the items before the place). */
