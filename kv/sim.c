@@ -371,6 +371,7 @@ typedef struct client {
     /* The key + 1 of an LREM just made, whose whole list the client's
      * next command reads (LRANGE k 0 -1); 0: none. */
     int lrem_read;
+    char set_last[KEYS][8]; /* per key, the member its last SADD added */
     bool quitting; /* QUIT sent (--streams): nothing more on this link */
     /* --streams: every link of this client is clean, no fault that ends a
      * connection on it (the network's resets, breaks and refusals; the
@@ -1739,13 +1740,15 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     if ((c->op == OP_SMOVE || c->op == OP_SREM || c->op == OP_ZREM) &&
         below(r, 2)) {
         uint32_t i = (uint32_t)below(r, 8);
-        const model_val *v = &cl->keys[*key].c[0];
-        if (c->op == OP_SREM) { /* of a set, now and then its last member */
+        bool last = false;
+        if (c->op == OP_SREM) { /* of a set, a third the last one added */
             to_type_key(cl, c, key, MODEL_SET);
-            v = &cl->keys[*key].c[0];
-            if (below(r, 3) == 0 && v->items) i = v->items - 1;
+            last = below(r, 3) == 0 && cl->set_last[*key][0];
         }
-        model_member(v, i, c);
+        if (last)
+            snprintf(c->field, sizeof c->field, "%s", cl->set_last[*key]);
+        else
+            model_member(&cl->keys[*key].c[0], i, c);
     }
     /* And half the reads that walk a set's array of members (SMEMBERS,
      * SPOP, SRANDMEMBER) of a set: on the key drawn they rarely met one
@@ -1753,6 +1756,11 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     if ((c->op == OP_SMEMBERS || c->op == OP_SPOP || c->op == OP_SRANDMEMBER) &&
         below(r, 2))
         to_type_key(cl, c, key, MODEL_SET);
+    /* A third of the SRANDMEMBERs with a count of a set ask for half its
+     * members: the most drawn by random indexes, some drawn twice. */
+    if (c->op == OP_SRANDMEMBER && c->i2 >= 0 && below(r, 3) == 0 &&
+        cl->keys[*key].c[0].type == MODEL_SET && cl->keys[*key].c[0].items >= 4)
+        c->i1 = cl->keys[*key].c[0].items / 2 - 2;
     if (c->op == OP_SMOVE && below(r, 3) == 0) {
         *key2 = *key;
         snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key2);
@@ -1865,6 +1873,16 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         mk->c[0].expire == mk->c[0].expire_hi)
         c->at = mk->c[0].expire;
     if (c->op == OP_LREM && !S->no_faults) cl->lrem_read = 1 + *key;
+    /* The member an SADD adds last: the last of the set's array while
+     * nothing leaves it, the one set_delete moves into a hole. */
+    if (c->op == OP_SADD && c->i2 >= 0)
+        snprintf(cl->set_last[*key], sizeof cl->set_last[*key], "f%d",
+                 (int)(c->i2 + 2) % 100);
+    else if (c->op == OP_SADD)
+        snprintf(cl->set_last[*key], sizeof cl->set_last[*key], "%s", c->field);
+    else if (c->op == OP_SADD_N)
+        snprintf(cl->set_last[*key], sizeof cl->set_last[*key], "m%d",
+                 (int)((c->off + c->cnt - 1) % 200));
 }
 
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
@@ -3931,6 +3949,31 @@ static int same_keys(kv *a, kv *b) {
     return 1;
 }
 
+/* Each set's member array as types.c keeps it: arr[j] a member of the
+ * set whose index is j. SMEMBERS, SUNION, SPOP and SRANDMEMBER read the
+ * array; the dumps and same_keys read the table, so an array gone wrong
+ * (a member deleted still in it, a live one left out) showed only when a
+ * read happened to reach that slot. Empty, or the first key whose array
+ * is wrong (into `bad`). */
+static bool sets_consistent(kv *k, char *bad, size_t cap) {
+    for (size_t i = 0; i < k->db.d.nbuckets; i++)
+        for (dict_entry *e = k->db.d.buckets[i]; e; e = e->next) {
+            kobj *o = store_obj(e);
+            if (o->type != KV_SET) continue;
+            kv_set *s = o->val;
+            for (size_t j = 0; j < s->d.count; j++) {
+                dict_entry *m = s->arr[j];
+                if (*(const size_t *)dict_data(m) == j &&
+                    dict_find(&s->d, dict_key(&s->d, m), m->klen) == m)
+                    continue;
+                snprintf(bad, cap, "%.*s (slot %zu of %zu)", (int)e->klen,
+                         (const char *)dict_key(&k->db.d, e), j, s->d.count);
+                return false;
+            }
+        }
+    return true;
+}
+
 /* A replica that has applied the whole log holds the primary's keyspace,
  * expiry times included: compared each time one gets there at a new
  * offset, so the first divergence is caught at the offset it shows,
@@ -3942,6 +3985,17 @@ static void check_caught_up(sim *S, node *n) {
         strcmp(n->srv.m.replid, p->kv.replid) != 0)
         return;
     n->compared = off + 1;
+    char bad[96];
+    for (int i = 0; i < 2; i++) {
+        node *x = i ? n : &S->nodes[0];
+        if (!sets_consistent(&x->srv.kv, bad, sizeof bad)) {
+            fail(S,
+                 "%s: set %s: its member array does not match its members "
+                 "(offset %" PRIu64 ")",
+                 x->name, bad, off);
+            return;
+        }
+    }
     if (same_keys(&p->kv, &n->srv.kv) == 1) return;
     static buf dp, dr;
     kv_dump(&p->kv, &dp);
