@@ -1779,6 +1779,9 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         c->flags = (uint8_t)below(r, 8);
         c->off = offs[below(r, 6)];
         c->cnt = cnts[below(r, 6)];
+        /* A count of 0 from offset 0: "*0" however many the range holds
+         * (from another offset the range was mostly past it: empty). */
+        if (c->cnt == 0) c->off = 0;
     }
     if (c->op == OP_ZRANK) {
         c->flags = (uint8_t)below(r, 2);
