@@ -227,12 +227,12 @@ soak:
 # each planted replication bug must be found within SIM_PLANT_SEEDS
 # seeds, and a fault-free run of SIM_COMMANDS commands, in two processes,
 # must give one trace hash. A failure prints its seed and the command that
-# replays it. 2,000 seeds take 25 s of one CPU (23.7 s user + 1.1 s
+# replays it. 2,000 seeds take 24 s of one CPU (22.9 s user + 1.0 s
 # sys, measured; the target: at least 2,000 within 2 minutes), so the
 # default, 10,000 (CI's), about five times that; the 1,000,000 commands
 # a few seconds a run (docs/SIMULATION.md has the figures). Then
 # SIM_STREAMS_SEEDS seeds over lull's streams with the fault shim under
-# them (--streams): 2,000 take 55 s of one CPU (33.7 s user + 21.3 s sys,
+# them (--streams): 2,000 take 54 s of one CPU (33.7 s user + 20.3 s sys,
 # measured), 28 s per 1,000.
 SEEDS ?= 10000
 SIM_STREAMS_SEEDS ?= 2000

@@ -464,6 +464,13 @@ size_t model_request(const model_cmd *c, char *out) {
             lens[argc++] =
                 (size_t)snprintf(num2, sizeof num2, "%" PRId64, c->i2);
         }
+        if (c->cnt > 0) {
+            argv[argc] = "MAXLEN";
+            lens[argc++] = 6;
+            argv[argc] = num3;
+            lens[argc++] =
+                (size_t)snprintf(num3, sizeof num3, "%" PRId64, c->cnt);
+        }
         break;
     default:
         break;
@@ -1353,7 +1360,8 @@ static size_t model_linsert(model_val *s, const model_cmd *c, bool live,
 /* LPOS on a list, or on no key (live false): the index of the rank-th
  * item equal to v from the head (from the tail for a negative rank), nil
  * when there is none; with COUNT n, the indexes of up to n (0: all) from
- * that one on, in the order walked. */
+ * that one on, in the order walked; with MAXLEN m (cnt > 0), only the
+ * first m items walked are looked at. */
 static size_t model_lpos(const model_val *s, const model_cmd *c, bool live,
                          const char *v, size_t vlen, char *out) {
     long long rank = lpos_rank(c), matches = 0, found = 0;
@@ -1367,7 +1375,7 @@ static size_t model_lpos(const model_val *s, const model_cmd *c, bool live,
     }
     static char ints[MODEL_REQ_MAX];
     size_t o = 0;
-    for (size_t k = 0; k < n; k++) {
+    for (size_t k = 0; k < n && (c->cnt <= 0 || k < (size_t)c->cnt); k++) {
         size_t i = tail ? n - 1 - k : k;
         if ((unsigned char)s->v[at[i]] != vlen ||
             memcmp(s->v + at[i] + 1, v, vlen) != 0 || ++matches < rank)

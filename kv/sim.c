@@ -281,6 +281,29 @@ typedef struct prober {
     int64_t now_ms;  /* the same-ms batch's instant */
 } prober;
 
+/* The flood (a quarter of the seeds, drawn apart): on a clean link of a
+ * 4 KiB window to the primary, one SET of a 4 KiB value, then bursts of
+ * GETs of it (each with a 200-byte key) sent without reading a reply, the
+ * replies read only once all were sent. A connection's output is held
+ * near its stream's high-water mark however many requests one read
+ * brings (conn.c's run_batch stops and reading stops until on_drain):
+ * check_flood bounds it after every network event, where the clients'
+ * pipelines (PIPE_MAX) never ask for more than 4 replies. */
+#define FLOOD_BURSTS 8
+#define FLOOD_GETS   32
+#define FLOOD_VAL    4096
+#define FLOOD_KEY    200
+
+typedef struct flooder {
+    lull_simconn c;
+    lull_timer timer;
+    buf in;
+    bool up, closing;
+    int bursts;       /* sent */
+    uint64_t replies; /* read */
+    size_t max_out;   /* the most the primary held for it */
+} flooder;
+
 /* The bulk writer (seeds with `grow`): on a clean link to the primary, a
  * list, a set, a hash and a sorted set (big:l, big:s, big:h, big:z, which
  * nothing else writes) built to sizes at a snapshot's batch edges
@@ -348,6 +371,7 @@ typedef struct client {
     /* The key + 1 of an LREM just made, whose whole list the client's
      * next command reads (LRANGE k 0 -1); 0: none. */
     int lrem_read;
+    char set_last[KEYS][8]; /* per key, the member its last SADD added */
     bool quitting; /* QUIT sent (--streams): nothing more on this link */
     /* --streams: every link of this client is clean, no fault that ends a
      * connection on it (the network's resets, breaks and refusals; the
@@ -426,6 +450,8 @@ struct sim {
     client clients[CLIENTS_MAX];
     int nclients;
     prober probe;
+    flooder fl;
+    bool flood; /* the flood runs (drawn apart, from the seed) */
     reader rd;
     int active; /* clients not done */
     bool healed;
@@ -443,10 +469,11 @@ struct sim {
     uint64_t turns, turns_at, turns_events;
     bool stop_asked; /* the sim stopped the loop: run_loop returns */
     bool per_record;
-    size_t repl_limit; /* replica output limit (0: Redis' default) */
-    size_t high_water; /* the primary's connections' (0: default) */
-    size_t chunk_size; /* the write log's chunks (0: REPL_CHUNK) */
-    uint64_t backlog;  /* the primary's repl-backlog-size (0: default) */
+    size_t repl_limit;      /* replica output limit (0: Redis' default) */
+    uint64_t limit_log_end; /* the primary's log end check_link_limits saw */
+    size_t high_water;      /* the primary's connections' (0: default) */
+    size_t chunk_size;      /* the write log's chunks (0: REPL_CHUNK) */
+    uint64_t backlog;       /* the primary's repl-backlog-size (0: default) */
     /* The primary's whole log, which its own trims to the backlog: each
      * byte and record start copied before a trim can free it (the log's
      * `pinned` hook), for the checks that replay it from 0. */
@@ -1184,11 +1211,13 @@ static void streams_accept(node *n, lull_simconn_options *o) {
     snprintf(name, sizeof name, "%s<%s", n->name, r->sc.peer);
     int id = 0;
     /* pub/sub's links (ps_start) are clean: a message lost with its
-     * connection would be no bug. */
+     * connection would be no bug; so are the bulk writer's and the
+     * flood's, which read every reply. */
     bool clean = (sscanf(r->sc.peer, "c%d:", &id) == 1 && id >= 1 &&
                   id <= S->nclients && S->clients[id - 1].clean) ||
                  strncmp(r->sc.peer, "ps", 2) == 0 ||
-                 strncmp(r->sc.peer, "bulk", 4) == 0;
+                 strncmp(r->sc.peer, "bulk", 4) == 0 ||
+                 strncmp(r->sc.peer, "flood", 5) == 0;
     if (relay_pair(S, r, name, clean, fds) < 0) {
         lull_endpoint_close(&r->sc.ep, -ECONNRESET);
         return;
@@ -1574,6 +1603,17 @@ static void big_value(client *cl, model_cmd *c, int *key) {
     if (below(r, 4) && to_big_key(cl, c, key)) S->same_len++;
 }
 
+/* c on the client's first key, from *key on, that holds a value of
+ * type, if any. */
+static void to_type_key(client *cl, model_cmd *c, int *key, int type) {
+    for (int i = 0; i < KEYS; i++)
+        if (cl->keys[(*key + i) % KEYS].c[0].type == type) {
+            *key = (*key + i) % KEYS;
+            snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
+            return;
+        }
+}
+
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
     sim *S = cl->S;
     uint64_t *r = &S->rng;
@@ -1663,18 +1703,21 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * (often held before too: from which end LREM counts, and where
      * LPOS's negative rank starts, shows) */
     if ((c->op == OP_LREM || c->op == OP_LPOS) && below(r, 4)) {
-        for (int i = 0; i < KEYS; i++) /* to a key with a list, if any */
-            if (cl->keys[(*key + i) % KEYS].c[0].type == MODEL_LIST) {
-                *key = (*key + i) % KEYS;
-                snprintf(c->key, sizeof c->key, "c%d:k%d", cl->id, *key);
-                break;
-            }
+        to_type_key(cl, c, key, MODEL_LIST);
         const model_val *l = &cl->keys[*key].c[0];
         uint32_t i = (uint32_t)below(r, 300);
         model_list_item(l, below(r, 2) && l->items ? l->items - 1u : i, c);
     }
-    if (c->op == OP_LINSERT && below(r, 4))
+    /* A third of the LPOSs with MAXLEN: of 1 to 8 items (the item asked
+     * for is often further). */
+    if (c->op == OP_LPOS && below(r, 3) == 0) c->cnt = 1 + (int64_t)below(r, 8);
+    /* LINSERT at an item of a list too: on whatever key was drawn, it
+     * found a list of one item or none, and never moved a long list's
+     * head side (list_insert's shift of the items before the place). */
+    if (c->op == OP_LINSERT && below(r, 4)) {
+        to_type_key(cl, c, key, MODEL_LIST);
         model_list_item(&cl->keys[*key].c[0], (uint32_t)below(r, 300), c);
+    }
     /* ZADD's options: mostly one of NX and XX, one of GT and LT, CH,
      * INCR, now and then any six bits (the combinations refused);
      * ZRANGE's REV and WITHSCORES. Scores mostly small integers, some
@@ -1695,8 +1738,29 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
      * SMOVEs onto their own set (nothing moves). ZRANGE mostly of the
      * sorted sets' key, where its negative ranks land inside. */
     if ((c->op == OP_SMOVE || c->op == OP_SREM || c->op == OP_ZREM) &&
+        below(r, 2)) {
+        uint32_t i = (uint32_t)below(r, 8);
+        bool last = false;
+        if (c->op == OP_SREM) { /* of a set, a third the last one added */
+            to_type_key(cl, c, key, MODEL_SET);
+            last = below(r, 3) == 0 && cl->set_last[*key][0];
+        }
+        if (last)
+            snprintf(c->field, sizeof c->field, "%s", cl->set_last[*key]);
+        else
+            model_member(&cl->keys[*key].c[0], i, c);
+    }
+    /* And half the reads that walk a set's array of members (SMEMBERS,
+     * SPOP, SRANDMEMBER) of a set: on the key drawn they rarely met one
+     * that SREMs had changed, where a member's place in the array shows. */
+    if ((c->op == OP_SMEMBERS || c->op == OP_SPOP || c->op == OP_SRANDMEMBER) &&
         below(r, 2))
-        model_member(&cl->keys[*key].c[0], (uint32_t)below(r, 8), c);
+        to_type_key(cl, c, key, MODEL_SET);
+    /* A third of the SRANDMEMBERs with a count of a set ask for half its
+     * members: the most drawn by random indexes, some drawn twice. */
+    if (c->op == OP_SRANDMEMBER && c->i2 >= 0 && below(r, 3) == 0 &&
+        cl->keys[*key].c[0].type == MODEL_SET && cl->keys[*key].c[0].items >= 4)
+        c->i1 = cl->keys[*key].c[0].items / 2 - 2;
     if (c->op == OP_SMOVE && below(r, 3) == 0) {
         *key2 = *key;
         snprintf(c->key2, sizeof c->key2, "c%d:k%d", cl->id, *key2);
@@ -1715,6 +1779,9 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         c->flags = (uint8_t)below(r, 8);
         c->off = offs[below(r, 6)];
         c->cnt = cnts[below(r, 6)];
+        /* A count of 0 from offset 0: "*0" however many the range holds
+         * (from another offset the range was mostly past it: empty). */
+        if (c->cnt == 0) c->off = 0;
     }
     if (c->op == OP_ZRANK) {
         c->flags = (uint8_t)below(r, 2);
@@ -1809,6 +1876,16 @@ static void make_cmd(client *cl, model_cmd *c, int *key, int *key2) {
         mk->c[0].expire == mk->c[0].expire_hi)
         c->at = mk->c[0].expire;
     if (c->op == OP_LREM && !S->no_faults) cl->lrem_read = 1 + *key;
+    /* The member an SADD adds last: the last of the set's array while
+     * nothing leaves it, the one set_delete moves into a hole. */
+    if (c->op == OP_SADD && c->i2 >= 0)
+        snprintf(cl->set_last[*key], sizeof cl->set_last[*key], "f%d",
+                 (int)(c->i2 + 2) % 100);
+    else if (c->op == OP_SADD)
+        snprintf(cl->set_last[*key], sizeof cl->set_last[*key], "%s", c->field);
+    else if (c->op == OP_SADD_N)
+        snprintf(cl->set_last[*key], sizeof cl->set_last[*key], "m%d",
+                 (int)((c->off + c->cnt - 1) % 200));
 }
 
 static void make_cmd(client *cl, model_cmd *c, int *key, int *key2);
@@ -2873,6 +2950,150 @@ static void probe_stop(sim *S) {
     lull_endpoint_close(&pr->c.ep, 0);
 }
 
+/* ----------------------------------------------------------- flood */
+
+static void flood_key(char *k) {
+    memcpy(k, "flood:", 6);
+    memset(k + 6, 'f', FLOOD_KEY - 6);
+}
+
+static void flood_timer(lull_timer *t) {
+    sim *S = LULL_CONTAINER_OF(t, sim, fl.timer);
+    flooder *f = &S->fl;
+    if (!f->up || f->closing) return;
+    char key[FLOOD_KEY];
+    flood_key(key);
+    static char req[FLOOD_GETS * (FLOOD_KEY + 32)];
+    size_t n = 0;
+    for (int i = 0; i < FLOOD_GETS; i++) {
+        n += (size_t)sprintf(req + n, "*2\r\n$3\r\nGET\r\n$%d\r\n", FLOOD_KEY);
+        memcpy(req + n, key, FLOOD_KEY);
+        n += FLOOD_KEY;
+        memcpy(req + n, "\r\n", 2);
+        n += 2;
+    }
+    if (lull_endpoint_send_copy(&f->c.ep, req, n) < 0) return; /* closed */
+    if (++f->bursts < FLOOD_BURSTS) {
+        lull_timer_start(&f->timer, 1 * MS, 0);
+        return;
+    }
+    lull_simnet_log(S->net, "flood: %d GETs sent, reading",
+                    FLOOD_BURSTS * FLOOD_GETS);
+    lull_simconn_read_start(&f->c);
+}
+
+static void flood_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    sim *S = ep->data;
+    flooder *f = &S->fl;
+    buf_put(&f->in, bytes, len);
+    uint64_t want = 1 + FLOOD_BURSTS * FLOOD_GETS;
+    size_t off = 0;
+    while (off < f->in.len && !S->failed) {
+        const char *r = f->in.p + off;
+        long n = model_reply_len(r, f->in.len - off);
+        if (n == 0) break;
+        /* The SET's +OK, then the value, or nil once a FLUSHALL after
+         * the clients went first. */
+        bool ok = f->replies == 0 ? n == 5 && memcmp(r, "+OK\r\n", 5) == 0
+                  : n == 5
+                      ? memcmp(r, "$-1\r\n", 5) == 0
+                      : n == 9 + FLOOD_VAL && memcmp(r, "$4096\r\n", 7) == 0;
+        if (n < 0 || !ok || f->replies >= want) {
+            char a[128];
+            fail(S, "flood: reply %" PRIu64 " of %" PRIu64 " was %s",
+                 f->replies + 1, want,
+                 oneline(r, n > 0 ? (size_t)n : f->in.len - off, a, sizeof a));
+            return;
+        }
+        f->replies++;
+        off += (size_t)n;
+    }
+    buf_consume(&f->in, off);
+    if (f->replies == want && !f->closing) {
+        lull_simnet_log(S->net, "flood: every reply read");
+        f->closing = true;
+        lull_endpoint_close(&f->c.ep, 0);
+    }
+}
+
+static void flood_closed(lull_endpoint *ep, int reason) {
+    sim *S = ep->data;
+    flooder *f = &S->fl;
+    f->up = false;
+    lull_timer_stop(&f->timer);
+    buf_free(&f->in);
+    if (!f->closing && !S->tearing_down)
+        fail(S, "flood: its clean link closed (%s) after %" PRIu64 " replies",
+             lull_err_name(reason), f->replies);
+}
+
+static void flood_connected(lull_simconn *c, int status) {
+    sim *S = c->ep.data;
+    flooder *f = &S->fl;
+    if (status < 0) return; /* flood_closed says it */
+    f->up = true;
+    /* Nothing read until every request is out: the replies pile up. */
+    lull_simconn_read_stop(&f->c);
+    char key[FLOOD_KEY];
+    flood_key(key);
+    static char req[FLOOD_KEY + FLOOD_VAL + 64];
+    size_t n = (size_t)sprintf(req, "*3\r\n$3\r\nSET\r\n$%d\r\n", FLOOD_KEY);
+    memcpy(req + n, key, FLOOD_KEY);
+    n += FLOOD_KEY;
+    n += (size_t)sprintf(req + n, "\r\n$%d\r\n", FLOOD_VAL);
+    memset(req + n, 'v', FLOOD_VAL);
+    n += FLOOD_VAL;
+    memcpy(req + n, "\r\n", 2);
+    n += 2;
+    if (lull_endpoint_send_copy(&f->c.ep, req, n) == 0)
+        lull_timer_start(&f->timer, 1 * MS, 0);
+}
+
+static void flood_start(sim *S) {
+    flooder *f = &S->fl;
+    lull_timer_init(S->loop, &f->timer, flood_timer);
+    static const lull_simfaults narrow = {.window = 4096};
+    lull_simconn_options o = {
+        .flags = LULL_SIMCONN_RAW, .name = "flood", .faults = &narrow};
+    f->c.ep.data = S;
+    if (lull_simconn_connect(S->net, &f->c, "primary", &o, flood_connected) <
+        0) {
+        fail(S, "flood: connect refused");
+        return;
+    }
+    lull_endpoint_set_callbacks(&f->c.ep, flood_frame, NULL, flood_closed);
+}
+
+static void flood_stop(sim *S) {
+    flooder *f = &S->fl;
+    if (!S->flood || f->closing) return;
+    f->closing = true;
+    lull_timer_stop(&f->timer);
+    lull_endpoint_close(&f->c.ep, 0);
+}
+
+/* The primary's connection of the flood holds at most its stream's
+ * high-water mark, one handover's worth of replies (REPLY_HANDOVER) and
+ * the reply that crossed it: with its output full it runs nothing more
+ * and stops reading until on_drain. (Its requests kept are what one read
+ * brought: over lull's streams that is the kernel's, not bounded here.) */
+static void check_flood(sim *S) {
+    if (!S->flood) return;
+    for (conn *c = S->nodes[0].srv.conns; c; c = c->next) {
+        if (c->gone || strncmp(c->name, "flood:", 6) != 0) continue;
+        size_t out = c->out.len + c->ep->queued;
+        size_t most = c->ep->high_water + REPLY_HANDOVER + 2 * (FLOOD_VAL + 9);
+        if (out > S->fl.max_out) S->fl.max_out = out;
+        if (out > most)
+            fail(S,
+                 "primary: the flood's connection holds %zu bytes of "
+                 "replies, past its high-water mark (%zu), a handover "
+                 "(%zu) and a reply: it went on running requests",
+                 out, c->ep->high_water, REPLY_HANDOVER);
+        return;
+    }
+}
+
 /* ------------------------------------------------------------ bulk */
 
 static const char bulk_keys[BULK_TYPES] = {'l', 's', 'h', 'z'};
@@ -3731,6 +3952,31 @@ static int same_keys(kv *a, kv *b) {
     return 1;
 }
 
+/* Each set's member array as types.c keeps it: arr[j] a member of the
+ * set whose index is j. SMEMBERS, SUNION, SPOP and SRANDMEMBER read the
+ * array; the dumps and same_keys read the table, so an array gone wrong
+ * (a member deleted still in it, a live one left out) showed only when a
+ * read happened to reach that slot. Empty, or the first key whose array
+ * is wrong (into `bad`). */
+static bool sets_consistent(kv *k, char *bad, size_t cap) {
+    for (size_t i = 0; i < k->db.d.nbuckets; i++)
+        for (dict_entry *e = k->db.d.buckets[i]; e; e = e->next) {
+            kobj *o = store_obj(e);
+            if (o->type != KV_SET) continue;
+            kv_set *s = o->val;
+            for (size_t j = 0; j < s->d.count; j++) {
+                dict_entry *m = s->arr[j];
+                if (*(const size_t *)dict_data(m) == j &&
+                    dict_find(&s->d, dict_key(&s->d, m), m->klen) == m)
+                    continue;
+                snprintf(bad, cap, "%.*s (slot %zu of %zu)", (int)e->klen,
+                         (const char *)dict_key(&k->db.d, e), j, s->d.count);
+                return false;
+            }
+        }
+    return true;
+}
+
 /* A replica that has applied the whole log holds the primary's keyspace,
  * expiry times included: compared each time one gets there at a new
  * offset, so the first divergence is caught at the offset it shows,
@@ -3742,6 +3988,17 @@ static void check_caught_up(sim *S, node *n) {
         strcmp(n->srv.m.replid, p->kv.replid) != 0)
         return;
     n->compared = off + 1;
+    char bad[96];
+    for (int i = 0; i < 2; i++) {
+        node *x = i ? n : &S->nodes[0];
+        if (!sets_consistent(&x->srv.kv, bad, sizeof bad)) {
+            fail(S,
+                 "%s: set %s: its member array does not match its members "
+                 "(offset %" PRIu64 ")",
+                 x->name, bad, off);
+            return;
+        }
+    }
     if (same_keys(&p->kv, &n->srv.kv) == 1) return;
     static buf dp, dr;
     kv_dump(&p->kv, &dp);
@@ -3988,6 +4245,33 @@ static void run_loop(sim *S) {
  * history (a full resync from another replid); it is a record boundary
  * of the primary's log and never inside a transaction; one that has
  * applied the whole log holds the primary's keyspace. */
+/* A replica link is held to the replica class's hard limit as records
+ * are logged (wake_links checks each link the log grew for): so after a
+ * network event that grew the primary's log, no link still open holds
+ * the limit or more (client-output-buffer-limit: at the limit is over
+ * it, as in Redis). Between writes a link may stay over (a resume's
+ * backlog queued at once is checked at the next write or drain). */
+static void check_link_limits(sim *S) {
+    server *srv = &S->nodes[0].srv;
+    size_t hard = srv->obl[CLASS_REPLICA].hard;
+    bool grew = srv->kv.log.end != S->limit_log_end;
+    S->limit_log_end = srv->kv.log.end;
+    if (!hard || !grew) return;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next) {
+        rlink *l = LULL_CONTAINER_OF(p, rlink, peer);
+        if (!l->c || l->c->gone || l->c->closing) continue;
+        size_t used = link_output(l);
+        if (used >= hard) {
+            fail(S,
+                 "primary: replica link %s holds %zu bytes of output, at "
+                 "or over the replica hard limit (%zu), after records "
+                 "were logged, and is still open",
+                 l->c->name, used, hard);
+            return;
+        }
+    }
+}
+
 static void check_offsets(lull_simnet *net, void *arg) {
     (void)net;
     sim *S = arg;
@@ -4010,6 +4294,10 @@ static void check_offsets(lull_simnet *net, void *arg) {
     check_expiry_on_time(S);
     if (S->failed) return;
     check_wakeups(S);
+    if (S->failed) return;
+    check_link_limits(S);
+    if (S->failed) return;
+    check_flood(S);
     if (S->failed) return;
     for (int i = 1; i <= S->nreplicas; i++) {
         node *n = &S->nodes[i];
@@ -4349,10 +4637,12 @@ typedef struct outcome {
     uint64_t over_limit;
     uint64_t multis, lost, continues, fulls, expired, restarts;
     uint64_t drawn_partitions, drawn_resets, drawn_slow, drawn_refusals;
-    uint64_t probes; /* the prober's SETs read back early and late */
-    uint64_t reads;  /* the atomicity reader's MGETs checked */
-    uint64_t bulks;  /* the bulk writer's replies checked */
-    uint64_t bwalks; /* and its SCAN walks checked whole */
+    uint64_t probes;  /* the prober's SETs read back early and late */
+    uint64_t floods;  /* floods whose every reply was read */
+    size_t flood_out; /* the most the primary held for one */
+    uint64_t reads;   /* the atomicity reader's MGETs checked */
+    uint64_t bulks;   /* the bulk writer's replies checked */
+    uint64_t bwalks;  /* and its SCAN walks checked whole */
     uint64_t bigs, same_len, hangups;
     uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
     uint64_t keys_checked, kwalks, pushes, flushes; /* `extra`'s */
@@ -4409,6 +4699,9 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->xrng = seed ^ 0x7075627375622121ull;
     S->extra = !S->no_faults && rnd(&S->xrng) % 3 == 0;
     S->flush = S->extra && rnd(&S->xrng) % 2 == 0;
+    /* Drawn apart too: a seed without the flood runs as it did. */
+    uint64_t fs = seed ^ 0x666c6f6f64212121ull;
+    S->flood = !S->no_faults && rnd(&fs) % 4 == 0;
     if (S->extra) S->nps = 1 + (int)(rnd(&S->xrng) % 2);
     uint64_t *r = &S->rng;
     S->nreplicas = 1 + (int)below(r, REPLICAS_MAX);
@@ -4525,6 +4818,11 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     S->event_budget =
         event_budget_flag ? event_budget_flag : EVENTS_PER_COMMAND * planned;
     probe_start(S);
+    if (S->flood) {
+        flood_start(S);
+        if (!event_budget_flag)
+            S->event_budget += EVENTS_PER_COMMAND * FLOOD_BURSTS * 4;
+    }
     if (S->grow) {
         bulk_start(S);
         if (!event_budget_flag)
@@ -4551,6 +4849,8 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->restarts = S->restarts;
     out->expired = S->old_expired + S->nodes[0].srv.expiry.fired;
     out->probes = S->probe.probes;
+    out->floods = S->flood && S->fl.replies == 1 + FLOOD_BURSTS * FLOOD_GETS;
+    out->flood_out = S->fl.max_out;
     out->reads = S->rd.reads;
     out->bulks = S->bk.checked;
     out->bwalks = S->bk.walks;
@@ -4571,6 +4871,7 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
      * and every connection's close reaches both ends. */
     S->tearing_down = true;
     probe_stop(S);
+    flood_stop(S);
     reader_stop(S);
     bulk_stop(S);
     if (S->late && !S->late_started) { /* a seed that failed early */
@@ -5209,6 +5510,8 @@ int main(int argc, char **argv) {
     lull_simnet_stats total = {0};
     uint64_t commands = 0, over_limit = 0, multis = 0, lost = 0;
     uint64_t continues = 0, fulls = 0, expired = 0, probes = 0, restarts = 0;
+    uint64_t floods = 0;
+    size_t flood_out = 0;
     uint64_t reads = 0, bulks = 0, bwalks = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
     uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0, pushes = 0;
@@ -5236,6 +5539,8 @@ int main(int argc, char **argv) {
         restarts += o.restarts;
         expired += o.expired;
         probes += o.probes;
+        floods += o.floods;
+        if (o.flood_out > flood_out) flood_out = o.flood_out;
         reads += o.reads;
         bulks += o.bulks;
         bwalks += o.bwalks;
@@ -5305,12 +5610,14 @@ int main(int argc, char **argv) {
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
            " steps with a cursor to go on); %" PRIu64 " KEYS and %" PRIu64
            " SCAN MATCH walks checked, %" PRIu64
-           " pub/sub replies and messages, %" PRIu64 " flushes\n",
+           " pub/sub replies and messages, %" PRIu64 " flushes, %" PRIu64
+           " floods read whole (at most %zu bytes of replies held)\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
            restarts, expired, probes, reads, bulks, bwalks, bigs, same_len,
-           hangups, scans, scan_parts, keys_checked, kwalks, pushes, flushes);
+           hangups, scans, scan_parts, keys_checked, kwalks, pushes, flushes,
+           floods, flood_out);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)
