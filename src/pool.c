@@ -258,13 +258,21 @@ static void work_done(lull_task *task) {
 }
 LULL__OWN_NAME(work_done, "lull_work completion", lull_work, task);
 
+/* Under the lock: whether one of the threads runs w. current is cleared
+ * in the hold of the lock that posts w's completion, so a thread holding
+ * w has not posted it. */
+static bool running_on_a_thread(const lull_pool *p, const lull_work *w) {
+    for (unsigned i = 0; i < p->threads; i++)
+        if (p->workers[i].current == w) return true;
+    return false;
+}
+
 bool lull__pool_holds(lull_pool *pool, const lull_work *w) {
     pthread_mutex_lock(&pool->lock);
     bool held = false;
     for (const lull_work *q = pool->head; q && !held; q = q->next)
         held = q == w;
-    for (unsigned i = 0; i < pool->threads && !held; i++)
-        held = pool->workers[i].current == w;
+    held = held || running_on_a_thread(pool, w);
     pthread_mutex_unlock(&pool->lock);
     return held;
 }
@@ -371,11 +379,7 @@ int lull__work_let_go(lull_work *w, lull_work_done_fn drop) {
         lull_task_pending(&w->task))
         return -EBUSY;
     pthread_mutex_lock(&p->lock);
-    /* current is cleared in the hold of the lock that posts the
-     * completion: a thread holding w has not posted it. */
-    bool running = false;
-    for (unsigned i = 0; i < p->threads && !running; i++)
-        running = p->workers[i].current == w;
+    bool running = running_on_a_thread(p, w);
     if (running) {
         w->loop = NULL;
         w->done = drop;
