@@ -21,7 +21,8 @@ struct epoll_event;
 #define LULL_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define LULL_UNLIKELY(x) __builtin_expect(!!(x), 0)
 
-/* Marks a function every turn or every wake-up of the loop runs. The
+/* Marks a function every turn or every wake-up of the loop runs, or a
+ * callback calls turn after turn (a post, an arm, a watcher's change). The
  * linker places them all together (its default script puts .text.hot.*
  * first in .text), so a loop waking after a long sleep, its code gone
  * from the caches and the TLB, reads four pages of code instead of one or

@@ -200,7 +200,7 @@ static inline void run_flush(lull_loop *loop) {
     if (!lull__queue_empty(&loop->flush)) run_flush_slow(loop);
 }
 
-LULL__HOT bool lull_loop_alive(lull_loop *loop) {
+bool lull_loop_alive(lull_loop *loop) {
     if (!loop) return false;
     return ready_now(loop) || loop->timers_ref || loop->io_ref || loop->refs;
 }
@@ -769,7 +769,7 @@ int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns) {
     return 0;
 }
 
-LULL__HOT void lull_loop_stop(lull_loop *loop) {
+void lull_loop_stop(lull_loop *loop) {
     if (!loop) return;
     /* Before the test of `running`, which another thread's run writes: a
      * stop from the wrong thread is misuse whether or not a run is on. */
