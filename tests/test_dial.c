@@ -740,8 +740,7 @@ TEST_THREADED(timeout_ends_a_dial_whose_lookup_waits_on_the_pool) {
     CHECK_EQ(lull_dial_start(loop, pool, &d, &s, "localhost", 9, &o, on_dial),
              0);
     lull_loop_advance(loop, LULL_MS(100));
-    for (int i = 0; i < 10 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1); /* the pool is still busy */
     CHECK_EQ(dial_status, -ETIMEDOUT);
     CHECK_EQ(write(blocker_pipe[1], "x", 1), 1);
@@ -774,8 +773,7 @@ TEST_THREADED(pool_closed_under_a_waiting_lookup_says_eshutdown) {
     CHECK_EQ(lull_dial_start(loop, pool, &d, &s, "localhost", 9, NULL, on_dial),
              0);
     lull_pool_close(pool); /* the lookup still queued behind the blocker */
-    for (int i = 0; i < 10 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ESHUTDOWN);
     CHECK_EQ(d.gai_error, 0);
@@ -886,13 +884,17 @@ static lull_pool *dial_slow_name(lull_loop *loop, lull_dial *d, lull_stream *s,
  * let go keeps nothing of it alive, no second callback), and the pool's
  * free joins the thread that drops the answer; the pipe is closed after
  * it, as that thread reads it until then. */
+static void join_slow_name(lull_pool *pool) {
+    CHECK_EQ(lull_pool_free(pool), 0);
+    close(slow_pipe[0]);
+    close(slow_pipe[1]);
+}
+
 static void end_slow_name(lull_loop *loop, lull_pool *pool) {
     CHECK_EQ(write(slow_pipe[1], "x", 1), 1);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(dial_calls, 1);
-    CHECK_EQ(lull_pool_free(pool), 0);
-    close(slow_pipe[0]);
-    close(slow_pipe[1]);
+    join_slow_name(pool);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
@@ -906,8 +908,7 @@ TEST_THREADED(timeout_ends_a_dial_whose_lookup_hangs) {
     lull_dial_options o = {.timeout_ns = LULL_MS(100)};
     lull_pool *pool = dial_slow_name(loop, &d, &s, &o);
     lull_loop_advance(loop, LULL_MS(100));
-    for (int i = 0; i < 10 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ETIMEDOUT);
     end_slow_name(loop, pool);
@@ -921,8 +922,7 @@ TEST_THREADED(cancel_while_the_lookup_hangs) {
     lull_stream s;
     lull_pool *pool = dial_slow_name(loop, &d, &s, NULL);
     CHECK_EQ(lull_dial_cancel(&d), 0);
-    for (int i = 0; i < 10 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ECANCELED);
     int port = 0;
@@ -949,18 +949,15 @@ TEST_THREADED(cancelled_dial_leaves_the_loop_free_while_the_lookup_hangs) {
     lull_stream s;
     lull_pool *pool = dial_slow_name(loop, &d, &s, NULL);
     CHECK_EQ(lull_dial_cancel(&d), 0);
-    for (int i = 0; i < 10 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, -ECANCELED);
     CHECK(!lull_loop_alive(loop));
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
     CHECK_EQ(write(slow_pipe[1], "x", 1), 1);
-    CHECK_EQ(lull_pool_free(pool), 0); /* joins the thread that drops it */
+    join_slow_name(pool); /* joins the thread that drops it */
     CHECK_EQ(dial_calls, 1);
-    close(slow_pipe[0]);
-    close(slow_pipe[1]);
 }
 
 /* The same for a dial's timeout, and a fork() meanwhile: the child's copy
@@ -973,8 +970,7 @@ TEST_THREADED(timed_out_dial_leaves_the_loop_free_in_parent_and_child) {
     lull_dial_options o = {.timeout_ns = LULL_MS(100)};
     lull_pool *pool = dial_slow_name(loop, &d, &s, &o);
     lull_loop_advance(loop, LULL_MS(100));
-    for (int i = 0; i < 10 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_status, -ETIMEDOUT);
     fflush(NULL);
     pid_t pid = fork();
@@ -993,10 +989,8 @@ TEST_THREADED(timed_out_dial_leaves_the_loop_free_in_parent_and_child) {
     CHECK(!lull_loop_alive(loop));
     CHECK_EQ(lull_loop_free(loop), 0);
     CHECK_EQ(write(slow_pipe[1], "x", 1), 1);
-    CHECK_EQ(lull_pool_free(pool), 0);
+    join_slow_name(pool);
     CHECK_EQ(dial_calls, 1);
-    close(slow_pipe[0]);
-    close(slow_pipe[1]);
 }
 
 /* A fork() while the pool's thread drops a lookup let go (its answer
@@ -1031,8 +1025,7 @@ TEST_THREADED(fork_while_a_lookup_let_go_is_dropped_frees_the_childs_copy) {
     slow_dropping = slow_forked = slow_forker = 0;
     lull_pool *pool = dial_slow_name(loop, &d, &s, NULL);
     CHECK_EQ(lull_dial_cancel(&d), 0);
-    for (int i = 0; i < 10 && !dial_calls; i++)
-        CHECK(lull_loop_settle(loop) >= 0);
+    settle_until_dialed(loop);
     CHECK_EQ(dial_status, -ECANCELED);
     slow_hold_drop = true;
     fflush(NULL);
