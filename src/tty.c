@@ -347,7 +347,12 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
                     (acc >= 0 && (acc & O_ACCMODE) == O_WRONLY)))
         (void)lull_stream_read_stop(&t->stream); /* open: cannot fail */
     if (rc < 0) {
-        if (t->fl_saved >= 0) (void)fcntl(t->ctl, F_SETFL, t->fl_saved);
+        /* Not under another tty's live stream on the same description:
+         * given back blocking, its next write to a reader that does not
+         * read would block the loop's thread. The last one closed gives
+         * the flags back. */
+        if (t->fl_saved >= 0 && !description_in_use(t->slot, t->ctl))
+            (void)fcntl(t->ctl, F_SETFL, t->fl_saved);
         slot_leave(t);
         close(t->ctl);
         t->ctl = -1;

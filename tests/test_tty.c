@@ -509,6 +509,45 @@ TEST(two_ttys_on_one_description_reset_mode) {
     two_ttys_on_one_description(2);
 }
 
+/* A second tty on a shared description with no name whose init fails
+ * after its entry (its stream refuses the options): its undo gave the
+ * description the flags from before the first tty, blocking under the
+ * first tty's live stream, whose next write to a reader that does not
+ * read then blocked the loop's thread. The first one keeps it
+ * non-blocking, and still gives the caller's flags back at its close. */
+TEST(failed_second_tty_on_one_description_leaves_it_nonblocking) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    CHECK(!(fl & O_NONBLOCK));
+    int fd2 = dup(p.master);
+    CHECK(fd2 >= 0);
+    term a;
+    term_init(loop, &a, p.master);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    int base = open_fds();
+    lull_tty b;
+    lull_stream_options fds = {.flags = LULL_STREAM_FDS}; /* not a socket */
+    CHECK_EQ(lull_tty_init(loop, &b, fd2, &fds), -ENOTSUP);
+    lull_stream_options bad = {.flags = 0x80000000u};
+    CHECK_EQ(lull_tty_init(loop, &b, fd2, &bad), -EINVAL);
+    CHECK_EQ(open_fds(), base);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK); /* a still uses it */
+    /* a's stream writes more than the pty holds to a raw slave nobody
+     * reads: the loop's thread goes on (the rest waits in a's queue). */
+    struct termios raw = mode_of(p.slave);
+    cfmakeraw(&raw);
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &raw), 0);
+    static char big[1 << 20];
+    memset(big, 'x', sizeof big);
+    CHECK_EQ(lull_endpoint_send_copy(&a.t.stream.ep, big, sizeof big), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    term_close_and_wait(loop, &a);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    close(fd2);
+    finish(loop, &p);
+}
+
 /* syscall, wrapped (tests/CMakeLists.txt): while kcmp_signal is set, a
  * kcmp (same_description, which lull_tty_init of a tty with no name makes
  * as it looks at the other ttys' entries of the reset table) raises it
