@@ -50,6 +50,7 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -73,8 +74,8 @@ enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY };
 /* Which terminal an fd is: its device, and for a pty's master (all of
  * which are /dev/ptmx's device) the pty's number. */
 typedef struct term_id {
-    dev_t rdev;
-    long ptn; /* -1: not a master */
+    dev_t rdev; /* the terminal's, not /dev/tty's (id_of) */
+    long ptn;   /* -1: not a master */
 } term_id;
 
 typedef struct reset_slot {
@@ -110,6 +111,15 @@ static term_id id_of(int fd) {
     term_id id = {.rdev = 0, .ptn = -1};
     struct stat st;
     if (fstat(fd, &st) == 0) id.rdev = st.st_rdev;
+    /* The device of the terminal itself: an fd of /dev/tty, the alias of
+     * the controlling terminal, is device 5,0 whichever terminal that is,
+     * and taken for another terminal beside a tty on the terminal's own
+     * name, it gave back that tty's RAW for the mode before lull. The
+     * kernel's encoding (new_encode_dev); st_rdev where it is missing. */
+    unsigned dev;
+    if (ioctl(fd, TIOCGDEV, &dev) == 0)
+        id.rdev = makedev((dev & 0xfff00u) >> 8,
+                          (dev & 0xffu) | ((dev >> 12) & 0xfff00u));
     unsigned n;
     if (ioctl(fd, TIOCGPTN, &n) == 0) id.ptn = (long)n;
     return id;

@@ -334,6 +334,46 @@ TEST(second_tty_on_a_raw_terminal_reset_mode) {
     second_tty_while_raw(2);
 }
 
+/* The second tty on /dev/tty, the alias of the controlling terminal
+ * (device 5,0, whatever the terminal), while the first holds the
+ * terminal by its own name in RAW: taken for another terminal, the second
+ * gave back RAW, so that its close, or lull_tty_reset_mode, left the
+ * terminal raw after the first had given NORMAL back. Run in a child of
+ * its own session, whose controlling terminal is the pty's slave. */
+static void dev_tty_body(void *arg) {
+    (void)arg;
+    /* The session leader: the master's close at the end hangs it up. */
+    CHECK(signal(SIGHUP, SIG_IGN) != SIG_ERR);
+    pty p = pty_open();
+    CHECK(setsid() > 0);
+    CHECK_EQ(ioctl(p.slave, TIOCSCTTY, 0), 0);
+    int alias = open("/dev/tty", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    CHECK(alias >= 0);
+    struct termios before = mode_of(p.slave);
+    lull_loop *loop = new_loop();
+    term a, b;
+    for (int how = 0; how < 3; how++) {
+        term_init(loop, &a, p.slave);
+        CHECK_EQ(lull_tty_set_mode(&a.t, LULL_TTY_MODE_RAW), 0);
+        term_init(loop, &b, alias);
+        CHECK_EQ(lull_tty_set_mode(&b.t, LULL_TTY_MODE_IO), 0);
+        if (how == 2) {
+            lull_tty_reset_mode(); /* a crash path */
+            CHECK(mode_is(p.slave, &before));
+        }
+        term *first = how == 1 ? &b : &a, *last = how == 1 ? &a : &b;
+        term_close_and_wait(loop, first);
+        term_close_and_wait(loop, last);
+        CHECK(mode_is(p.slave, &before));
+    }
+    close(alias);
+    finish(loop, &p);
+}
+
+TEST(second_tty_on_the_controlling_terminals_alias) {
+    CHECK(check_exits_cleanly(dev_tty_body, NULL));
+}
+
 /* ------------------------------------------------------------ bytes */
 
 /* What lull sends arrives on the master; what the master writes arrives
