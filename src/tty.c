@@ -15,9 +15,11 @@
  * master side cannot be opened again (its name is /dev/ptmx, which makes a
  * new pty), nor can a terminal whose name does not resolve here: then lull
  * uses a dup, the shared description is non-blocking while the tty is open,
- * and its flags are given back by lull_tty_close and lull_tty_reset_mode.
- * Several ttys on one such description (stdin's and stdout's) all keep the
- * flags it had before the first: the last one closed gives them back.
+ * and its flags are given back by lull_tty_close (its stream's close, as
+ * for every lull_stream on the description: the last one gives back
+ * O_NONBLOCK) and lull_tty_reset_mode. Several ttys on one such
+ * description (stdin's and stdout's) all keep the flags it had before the
+ * first, for the reset.
  *
  * The reset table. lull_tty_reset_mode runs in signal handlers and at
  * exit, on any thread, so it reads only this file's static table, each
@@ -454,16 +456,16 @@ int lull_tty_close(lull_tty *t) {
     /* The stream first: its close makes one last try at its queue, which
      * must meet the description still non-blocking (a dup's flags given
      * back would block the loop's thread on a reader that does not read),
-     * and in the mode its bytes were written for. */
+     * and in the mode its bytes were written for. Its close gives a shared
+     * description's O_NONBLOCK back, the only flag lull sets there, where
+     * no other stream of this process holds it: a lull_stream on it too
+     * (a program's stdin, beside stdout as a tty) is one the ttys' own
+     * entries do not know of, and the flags from before given back here
+     * made its fd blocking under it. */
     (void)lull_endpoint_close(&t->stream.ep, 0); /* idempotent */
     int rc = 0;
     if (restore && mode != LULL_TTY_MODE_NORMAL)
         rc = set_attr(ctl, saved_of(t));
-    bool shared =
-        restore && t->fl_saved >= 0 && description_in_use(t->slot, ctl);
-    if (restore && t->fl_saved >= 0 && !shared &&
-        fcntl(ctl, F_SETFL, t->fl_saved) < 0 && rc == 0)
-        rc = -errno;
     /* Emptied after the restore: a crash in between still restores. */
     slot_leave(t);
     close(ctl);

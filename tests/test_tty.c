@@ -588,6 +588,51 @@ TEST(failed_second_tty_on_one_description_leaves_it_nonblocking) {
     finish(loop, &p);
 }
 
+/* A tty with no name and a plain stream on one shared description (a
+ * program's stdout as a tty, its stdin, the same description, as a
+ * stream): the tty's close gave the description its flags from before,
+ * blocking, under the stream still open, whose next write to a reader
+ * that does not read then blocked the loop's thread. The stream's own
+ * close gives them back. */
+static void stream_frame(lull_endpoint *ep, const void *b, size_t n) {
+    (void)ep, (void)b, (void)n;
+}
+
+static void stream_closed(lull_endpoint *ep, int reason) {
+    (void)reason;
+    (*(int *)ep->data)++;
+}
+
+TEST(tty_closed_beside_a_stream_on_its_description_leaves_it_nonblocking) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    CHECK(!(fl & O_NONBLOCK));
+    term a;
+    term_init(loop, &a, p.master);
+    lull_stream s;
+    int fd2 = dup(p.master);
+    CHECK(fd2 >= 0);
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    CHECK_EQ(lull_stream_open(loop, &s, fd2, &raw), 0); /* owns fd2 */
+    int closed = 0;
+    s.ep.data = &closed;
+    lull_endpoint_set_callbacks(&s.ep, stream_frame, NULL, stream_closed);
+    term_close_and_wait(loop, &a);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK); /* s still uses it */
+    struct termios mode = mode_of(p.slave);
+    cfmakeraw(&mode);
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &mode), 0);
+    static char big[1 << 20];
+    memset(big, 'y', sizeof big);
+    CHECK_EQ(lull_endpoint_send_copy(&s.ep, big, sizeof big), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
+    run_until(loop, &closed, 1);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    finish(loop, &p);
+}
+
 /* syscall, wrapped (tests/CMakeLists.txt): while kcmp_signal is set, a
  * kcmp (same_description, which lull_tty_init of a tty with no name makes
  * as it looks at the other ttys' entries of the reset table) raises it
