@@ -1515,13 +1515,13 @@ LULL_EXTERN int lull_tty_set_mode(lull_tty *t, int mode);
 /* The window's size in character cells. 0, -EINVAL, -EBADF once closed,
  * or the ioctl's errno. */
 LULL_EXTERN int lull_tty_get_winsize(lull_tty *t, int *cols, int *rows);
-/* Gives the terminal its mode (and, with no name, its flags) back (not in
- * a fork()ed child: the parent's), closes lull's description of it and
- * the stream. The stream's on_close, if it has not run yet, runs in a
- * later turn, the tty's last callback: free the tty there, or when this
- * returns if it has run or none is set. Call it also after the stream
- * ended by itself. Idempotent. 0, -EINVAL, or
- * the restore's error (-EIO: the terminal is gone); closed either way. */
+/* Gives the terminal its mode (and, with no name, its flags) back (a
+ * fork()ed child only a mode it set from NORMAL, not the parent's), closes
+ * lull's description of it and the stream. The stream's on_close, if it
+ * has not run yet, runs in a later turn, the tty's last callback: free the
+ * tty there, or when this returns if it has run or none is set. Call it
+ * also after the stream ended by itself. Idempotent. 0, -EINVAL, or the
+ * restore's error (-EIO: the terminal is gone); closed either way. */
 LULL_EXTERN int lull_tty_close(lull_tty *t);
 /* Async-signal-safe and thread-safe: gives every tty lull set to a mode
  * other than NORMAL its mode from init back (tcsetattr of a saved copy),

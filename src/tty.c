@@ -157,7 +157,8 @@ static void register_fork(void) {
     fork_error = pthread_atfork(NULL, NULL, slots_after_fork);
 }
 
-static int slot_enter(lull_tty *t) {
+/* fl: the flags the entry gives back, -1 for none. */
+static int slot_enter(lull_tty *t, int fl) {
     /* Before the first entry: a child forked with one must find counts
      * it can trust. */
     pthread_once(&fork_once, register_fork);
@@ -169,7 +170,7 @@ static int slot_enter(lull_tty *t) {
             continue;
         atomic_store(&slots[i].moded, false);
         slots[i].fd = t->ctl;
-        slots[i].fl = t->fl_saved;
+        slots[i].fl = fl;
         memcpy(&slots[i].saved, saved_of(t), sizeof(struct termios));
         slots[i].id = id_of(t->ctl);
         atomic_store(&slots[i].pid, (int)getpid());
@@ -335,7 +336,7 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
             t->ctl = -1;
             return err;
         }
-        int rc = slot_enter(t);
+        int rc = slot_enter(t, t->fl_saved);
         if (rc < 0) {
             close(t->ctl);
             t->ctl = -1;
@@ -410,8 +411,16 @@ int lull_tty_set_mode(lull_tty *t, int mode) {
     make_mode(&tio, mode);
     /* Entered before the change: a crash right after it is covered. */
     if (mode != LULL_TTY_MODE_NORMAL) {
+        /* A fork()ed child taking a tty it inherited in NORMAL out of it:
+         * the mode is the child's to give back (its reset, its close), as
+         * for a tty with a name, which has no entry in NORMAL. With no
+         * name, the entry it inherited is its parent's, kept for the
+         * shared description's flags, which stay the parent's: the child
+         * makes one of its own, for the mode alone. */
+        if (t->slot >= 0 && t->mode == LULL_TTY_MODE_NORMAL && !gives_back(t))
+            slot_leave(t);
         if (t->slot < 0) {
-            int rc = slot_enter(t);
+            int rc = slot_enter(t, -1); /* a tty's flags: entered at init */
             if (rc < 0) return rc;
         }
         atomic_store(&slots[t->slot].moded, true);

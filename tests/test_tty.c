@@ -1164,6 +1164,53 @@ TEST(tty_of_a_forked_child_on_the_parents_description_leaves_its_flags) {
     finish(loop, &p);
 }
 
+/* A forked child takes a tty it inherited in NORMAL out of NORMAL itself:
+ * the mode is the child's to give back, at its lull_tty_reset_mode (a
+ * crash) and at its close, as it is for a tty with a name. With no name
+ * (a pty master), the tty's entry was the parent's, kept for the shared
+ * description's flags, and the child's reset and close skipped it: its
+ * crash left the terminal raw under the parent, whose tty holds it in
+ * NORMAL. how: 0 reset, 1 close; on the master, or the slave (a name). */
+static void child_moded_inherited_tty(int how, bool master) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    int fl = fcntl(p.master, F_GETFL);
+    term m;
+    term_init(loop, &m, master ? p.master : p.slave);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (lull_loop_fork(loop) != 0) _exit(2);
+        if (lull_tty_set_mode(&m.t, LULL_TTY_MODE_RAW) != 0) _exit(3);
+        if (!is_raw(p.slave)) _exit(4);
+        if (how == 0) lull_tty_reset_mode(); /* its crash handler */
+        if (how == 1 && lull_tty_close(&m.t) != 0) _exit(5);
+        _exit(mode_is(p.slave, &before) ? 0 : 6);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK(mode_is(p.slave, &before));
+    if (master) /* the parent's stream reads with it */
+        CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    term_close_and_wait(loop, &m);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    finish(loop, &p);
+}
+
+TEST(forked_child_moding_an_inherited_tty_resets_it) {
+    child_moded_inherited_tty(0, true);
+    child_moded_inherited_tty(0, false);
+}
+
+TEST(forked_child_moding_an_inherited_tty_closes_it) {
+    child_moded_inherited_tty(1, true);
+    child_moded_inherited_tty(1, false);
+}
+
 /* A thread reading the reset table (a tty's init on a shared description
  * asking kcmp whether another tty's entry is on it) when another thread
  * forks: the child has a copy of the reader's count on that entry and no
