@@ -2157,7 +2157,8 @@ LULL_EXTERN int lull_signal_init(lull_loop *loop, lull_signal *sig,
                                  lull_signal_fn fn);
 /* Watches signum (restarting a started handle on another signal). -EINVAL
  * for a signal that cannot be caught or blocked (SIGKILL, SIGSTOP, glibc's
- * own 32 and 33) or out of range. */
+ * own 32 and 33) or out of range; signalfd's errno: the handle (a moved one
+ * on its old signal) and the mask as they were. */
 LULL_EXTERN int lull_signal_start(lull_signal *sig, int signum);
 /* No callback after this, also for a delivery already read. Idempotent. */
 LULL_EXTERN int lull_signal_stop(lull_signal *sig);

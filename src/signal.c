@@ -439,15 +439,17 @@ int lull_signal_start(lull_signal *sig, int signum) {
     lull_loop *loop = sig->loop;
     LULL_ASSERT_LOOP_THREAD(loop);
     settle();
-    if (sig->flags & SIG_STARTED) {
-        if (sig->signum == signum) return 0;
-        lull_signal_stop(sig);
-    }
+    if ((sig->flags & SIG_STARTED) && sig->signum == signum) return 0;
+    /* The new signal first, then the old one let go: a move the kernel
+     * refuses (signalfd's new mask) leaves the handle on its old signal,
+     * and the mask as it was; stopped first, the old one's block was
+     * lifted and its next instance took its default action. */
     lull__signals *ss = &loop->signals;
     if (!(ss->watched & bit_of(signum))) {
         int rc = watch(loop, signum);
         if (rc < 0) return rc;
     }
+    if (sig->flags & SIG_STARTED) lull_signal_stop(sig);
     sig->signum = signum;
     sig->seq = ++ss->seq;
     link_started(ss, sig);

@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -806,4 +807,41 @@ TEST(shared_callback_finds_its_own_data) {
     CHECK_EQ(lull_signal_stop(&b), 0);
     CHECK(a.data == &web && b.data == &db);
     free_loop(loop);
+}
+
+/* A started handle moved to another signal, where the kernel refuses the
+ * signalfd's new mask (a seccomp filter, as a container's): the start
+ * fails, and the handle and the mask are as they were. The old signal was
+ * let go first: the handle stopped, lull's block of it lifted, so that
+ * the next one took its default action (death, for SIGUSR1) instead of
+ * reaching the handle. */
+#ifdef CHECK_SANDBOX_ARCH
+static void move_refused_body(void *arg) {
+    (void)arg;
+    lull_loop *loop = new_loop();
+    watcher h = {0}, other = {0};
+    watch(loop, &other, 2, SIGUSR2); /* keeps the loop's signalfd open */
+    watch(loop, &h, 1, SIGUSR1);
+    CHECK(!blocked_here(SIGTERM));
+    check_deny_syscalls((const int[]){SYS_signalfd4, SYS_signalfd}, 2, EPERM);
+    CHECK_EQ(lull_signal_start(&h.sig, SIGTERM), -EPERM);
+    CHECK_EQ(h.sig.signum, SIGUSR1);
+    CHECK(blocked_here(SIGUSR1));
+    CHECK(!blocked_here(SIGTERM));
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &h.calls, 1);
+    CHECK_EQ(h.last, SIGUSR1);
+    CHECK_EQ(lull_signal_stop(&h.sig), 0);
+    CHECK_EQ(lull_signal_stop(&other.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    free_loop(loop);
+}
+#endif
+
+TEST(move_to_a_signal_the_kernel_refuses_keeps_the_old_one) {
+#ifdef CHECK_SANDBOX_ARCH
+    CHECK(check_exits_cleanly(move_refused_body, NULL));
+#else
+    printf("skipped: no seccomp architecture constant for this machine\n");
+#endif
 }
