@@ -2610,6 +2610,44 @@ TEST(setuid_to_nobody) {
     free_loop(loop);
 }
 
+/* A child that changes its ids before exec shares the parent's memory
+ * until then (CLONE_VM), and the kernel marks that memory not dumpable at
+ * the change (fs.suid_dumpable, 0 or 2 where not 1): the parent, whose own
+ * ids never changed, lost its core dumps and its /proc files went to root.
+ * Its dumpable flag is what it was, both ways, after each kind of change,
+ * and after a change whose exec then failed. */
+TEST(setuid_spawn_leaves_the_parent_dumpable) {
+    if (geteuid() != 0) {
+        printf("skipped: needs root to change ids\n");
+        return;
+    }
+    lull_loop *loop = new_loop();
+    const unsigned flags[] = {LULL_PROCESS_SETUID, LULL_PROCESS_SETGID,
+                              LULL_PROCESS_SETUID | LULL_PROCESS_SETGID};
+    for (int before = 1; before >= 0; before--) {
+        for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+            CHECK_EQ(prctl(PR_SET_DUMPABLE, before), 0);
+            kid k = {0};
+            lull_process_options o = {.argv = (char *[]){"true", NULL},
+                                      .flags = flags[i],
+                                      .uid = 65534,
+                                      .gid = 65534};
+            CHECK_EQ(spawn(loop, &k, &o), 0);
+            CHECK_EQ(prctl(PR_GET_DUMPABLE), before);
+            run_until(loop, &k.exits, 1);
+            CHECK_EQ(k.status, 0);
+            CHECK_EQ(prctl(PR_GET_DUMPABLE), before);
+            /* Changed, then failed at exec: the child exited instead. */
+            o.file = "/nonexistent/lull-test";
+            CHECK_EQ(spawn(loop, &k, &o), -ENOENT);
+            CHECK_EQ(prctl(PR_GET_DUMPABLE), before);
+        }
+    }
+    CHECK(!have_child());
+    CHECK_EQ(prctl(PR_SET_DUMPABLE, 1), 0);
+    free_loop(loop);
+}
+
 /* Not permitted: a process that dropped its privileges asks for uid 0,
  * gid 0, or groups: each is the spawn's -EPERM, and nothing is left. */
 static void spawn_unprivileged(void *arg) {
