@@ -2003,7 +2003,9 @@ typedef struct lull_stdio { /* all zero = inherit */
  * setsid(), a session of its own, without a controlling terminal.
  * KILL_ON_CLOSE: lull_process_close sends SIGKILL. SETUID, SETGID: the
  * child takes uid, gid (and with either, the groups below) before exec;
- * not permitted is the spawn's -EPERM. CONTROLLING_TTY: a new session
+ * not permitted is the spawn's -EPERM. The parent stays dumpable (core
+ * dumps, its /proc files, ptrace) as it was; such spawns go one at a time,
+ * and a fork() waits for one in flight. CONTROLLING_TTY: a new session
  * (implies NEW_SESSION) whose controlling terminal is the child's fd 0, a
  * terminal such as a pty's slave given as LULL_STDIO_FD (TIOCSCTTY; not a
  * terminal: -ENOTTY; another session's: -EPERM). */

@@ -45,7 +45,8 @@
  * (src/process.c).
  *
  * Thread: the loop's, which sleeps for the child's set-up and exec. Nothing
- * runs in the background. */
+ * runs in the background. Spawns that change ids hold one process-wide
+ * lock across the clone (ids_lock, below). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -55,6 +56,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -372,7 +374,48 @@ static int child_main(void *arg) {
     return 127;
 }
 
+/* A child that changes its ids (SETUID, SETGID) does so in the parent's
+ * memory, and the kernel marks that memory not dumpable at the change
+ * (fs.suid_dumpable: 0 on most systems): the parent, whose ids never
+ * changed, would lose its core dumps, and its /proc files and ptrace would
+ * be root's alone, for the rest of its life. So the parent puts its flag
+ * back once the clone returned, when the child has exec'd (a memory of its
+ * own, whose flag exec sets) or exited. Never the child itself, before
+ * exec: a task of the new uid sharing the parent's memory must stay out of
+ * that uid's ptrace reach (the reason the kernel clears the flag). Such
+ * spawns go one at a time, so that none puts the flag back while another
+ * child of changed ids still shares the memory, nor reads the flag another
+ * cleared; and fork() waits for one in flight (atfork), so that no copy is
+ * made with the flag cleared. A flag of 2 (SUID_DUMP_ROOT, the parent's
+ * own id change) cannot be set by prctl and is left as the kernel makes
+ * it. A PR_SET_DUMPABLE another thread makes during such a spawn may be
+ * undone by its restore: the flag read before the clone wins. */
+static pthread_once_t ids_atfork_once = PTHREAD_ONCE_INIT;
+static int ids_atfork_error; /* pthread_atfork's, if it failed */
+static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void ids_lock_take(void) {
+    pthread_mutex_lock(&ids_lock);
+}
+
+static void ids_lock_give(void) {
+    pthread_mutex_unlock(&ids_lock);
+}
+
+static void ids_register_atfork(void) {
+    ids_atfork_error =
+        pthread_atfork(ids_lock_take, ids_lock_give, ids_lock_give);
+}
+
 int lull__spawn_child(const lull__spawn *sp, int *pidfd) {
+    bool ids = sp->flags & (LULL_PROCESS_SETUID | LULL_PROCESS_SETGID);
+    int dumpable = -1;
+    if (ids) {
+        pthread_once(&ids_atfork_once, ids_register_atfork);
+        if (ids_atfork_error != 0) return -ids_atfork_error;
+        pthread_mutex_lock(&ids_lock);
+        dumpable = prctl(PR_GET_DUMPABLE);
+    }
     /* Stacks grow down on every architecture lull builds for. */
     _Alignas(16) char stack[STACK_SIZE];
     sigset_t all, old;
@@ -383,6 +426,16 @@ int lull__spawn_child(const lull__spawn *sp, int *pidfd) {
                       CLONE_VM | CLONE_VFORK | CLONE_PIDFD, (void *)sp, &fd);
     int err = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (ids) {
+        /* Shared only when the clone was CLONE_VM (and so CLONE_VFORK: the
+         * child has exec'd or exited by now); run as a fork (valgrind),
+         * the child changed a copy. */
+        if (pid >= 0 && *sp->ran_shared == 1 &&
+            (dumpable == 0 || dumpable == 1) &&
+            prctl(PR_GET_DUMPABLE) != dumpable)
+            (void)prctl(PR_SET_DUMPABLE, dumpable);
+        pthread_mutex_unlock(&ids_lock);
+    }
     if (pid < 0) return -err;
     *pidfd = fd;
     return pid;

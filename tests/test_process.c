@@ -1739,6 +1739,75 @@ static int read_pid_line(lull_loop *loop, sink *out) {
     return pid;
 }
 
+/* Waits until pid is stopped (SIGSTOP): false if it never is. */
+static bool stops(int pid) {
+    for (int i = 0; i < 50000; i++) {
+        if (proc_state(pid) == 'T') return true;
+        usleep(100);
+    }
+    return false;
+}
+
+/* A stopped child has not exited: nothing is delivered while it stays
+ * stopped, and the loop still waits for it. Continued, its exit comes once
+ * with its own status; killed while stopped, it reports the kill. */
+TEST(stopped_child_exits_once_after_it_continues) {
+    lull_loop *loop = new_loop();
+    kid a = {0}, b = {0};
+    lull_process_options o = {.argv = SH("kill -STOP $$; exit 3")};
+    CHECK_EQ(spawn(loop, &a, &o), 0);
+    o.argv = (char *[]){"sleep", "30", NULL};
+    CHECK_EQ(spawn(loop, &b, &o), 0);
+    CHECK_EQ(lull_process_kill(&b.p, SIGSTOP), 0);
+    CHECK(stops(a.p.pid));
+    CHECK(stops(b.p.pid));
+    for (int i = 0; i < 10; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.exits + b.exits, 0);
+    CHECK(lull_loop_alive(loop));
+    CHECK_EQ(lull_process_kill(&a.p, SIGCONT), 0);
+    CHECK_EQ(lull_process_kill(&b.p, SIGKILL), 0);
+    run_until(loop, &a.exits, 1);
+    run_until(loop, &b.exits, 1);
+    CHECK_EQ(a.status, 3);
+    CHECK_EQ(a.sig, 0);
+    CHECK_EQ(b.status, 0);
+    CHECK_EQ(b.sig, SIGKILL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.exits + b.exits, 2);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* The child exits while a process it started still holds its stdin and
+ * stdout: the exit comes at once, and the stream stays open, reads what
+ * that process writes and ends at its exit, losing nothing. */
+TEST(exit_arrives_while_a_grandchild_holds_the_pipes) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    sink out = {0};
+    lull_process_options o = {
+        .argv = SH(
+            "exec 3<&0; (read x <&3; echo \"late $x\") & echo early; exit 4"),
+        .stdio = {{.kind = LULL_STDIO_PIPE, .stream = &out.s},
+                  {.kind = LULL_STDIO_PIPE, .stream = &out.s}}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    sink_watch(&out);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 4);
+    while (!strchr(out.buf, '\n') && out.closes == 0)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(strcmp(out.buf, "early\n"), 0);
+    CHECK_EQ(out.closes, 0);
+    CHECK_EQ(lull_endpoint_send_copy(&out.s.ep, "go\n", 3), 0);
+    run_until(loop, &out.closes, 1);
+    CHECK_EQ(out.reason, 0); /* EOF */
+    CHECK_EQ(strcmp(out.buf, "early\nlate go\n"), 0);
+    CHECK_EQ(k.exits, 1);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
 /* kill(-pid) reaches the child's group: its own children too, also after
  * the leader itself exited and before lull reaped it. From the reap on it
  * is refused (-ESRCH), as it is for a child that leads no group. */
@@ -2607,6 +2676,44 @@ TEST(setuid_to_nobody) {
     run_sh(loop, &k2, &out2, &o);
     CHECK_EQ(k2.status, 0);
     CHECK_EQ(strcmp(out2.buf, "65534 100\n"), 0);
+    free_loop(loop);
+}
+
+/* A child that changes its ids before exec shares the parent's memory
+ * until then (CLONE_VM), and the kernel marks that memory not dumpable at
+ * the change (fs.suid_dumpable, 0 or 2 where not 1): the parent, whose own
+ * ids never changed, lost its core dumps and its /proc files went to root.
+ * Its dumpable flag is what it was, both ways, after each kind of change,
+ * and after a change whose exec then failed. */
+TEST(setuid_spawn_leaves_the_parent_dumpable) {
+    if (geteuid() != 0) {
+        printf("skipped: needs root to change ids\n");
+        return;
+    }
+    lull_loop *loop = new_loop();
+    const unsigned flags[] = {LULL_PROCESS_SETUID, LULL_PROCESS_SETGID,
+                              LULL_PROCESS_SETUID | LULL_PROCESS_SETGID};
+    for (int before = 1; before >= 0; before--) {
+        for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+            CHECK_EQ(prctl(PR_SET_DUMPABLE, before), 0);
+            kid k = {0};
+            lull_process_options o = {.argv = (char *[]){"true", NULL},
+                                      .flags = flags[i],
+                                      .uid = 65534,
+                                      .gid = 65534};
+            CHECK_EQ(spawn(loop, &k, &o), 0);
+            CHECK_EQ(prctl(PR_GET_DUMPABLE), before);
+            run_until(loop, &k.exits, 1);
+            CHECK_EQ(k.status, 0);
+            CHECK_EQ(prctl(PR_GET_DUMPABLE), before);
+            /* Changed, then failed at exec: the child exited instead. */
+            o.file = "/nonexistent/lull-test";
+            CHECK_EQ(spawn(loop, &k, &o), -ENOENT);
+            CHECK_EQ(prctl(PR_GET_DUMPABLE), before);
+        }
+    }
+    CHECK(!have_child());
+    CHECK_EQ(prctl(PR_SET_DUMPABLE, 1), 0);
     free_loop(loop);
 }
 
