@@ -3843,3 +3843,34 @@ TEST(publish_not_delivered_again_by_a_full_resync) {
     close(sub);
     close_all(loop, &p, &r);
 }
+
+/* A replica away while writes push its offset out of the backlog syncs
+ * from a snapshot: its subscribers hear nothing published before the
+ * snapshot's offset (those messages are in no stream it gets), as
+ * redis-server's after a full resync, and every message after it. */
+TEST(publish_while_away_not_delivered_after_a_snapshot) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    char got[512];
+    int sub = client_to(loop, &r, NULL);
+    ask(loop, sub, "SUBSCRIBE ch\r\n", got, sizeof got);
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    uint64_t was = r.kv.offset;
+    write_cmd(&p, "PUBLISH", "ch", "away");
+    for (int i = 0; i < 2000; i++)
+        write_cmd(&p, "SET", "later", "0123456789012345678901234567890123");
+    CHECK(p.kv.log.base > was);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 2);
+    write_cmd(&p, "PUBLISH", "ch", "after");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch after");
+    CHECK(nothing_more(loop, sub));
+    same_dumps(&p, &r);
+    close(sub);
+    close_all(loop, &p, &r);
+}
