@@ -1635,10 +1635,14 @@ static int apply_record(kv *k, const resp_arg *a, size_t argc,
         return -EPROTO;
     }
     const kv_cmd *c = kv_command(&a[0]);
-    if (!c || !(c->flags & CMD_WRITE) || !kv_arity_ok(c, argc)) {
+    if (!c || !(c->flags & (CMD_WRITE | CMD_LOGGED)) || !kv_arity_ok(c, argc)) {
         *err = "not a logged write with its arguments";
         return -EPROTO;
     }
+    /* A message published before this replica's sync point: heard (or
+     * not) when it was published; k->offset is its record's start (a
+     * transaction's: the sync point is never inside one). */
+    if (!(c->flags & CMD_WRITE) && k->offset < k->quiet_until) return 0;
     static buf scratch; /* the reply, looked at and dropped */
     scratch.len = 0;
     scratch.oom = false;

@@ -113,6 +113,11 @@ struct kv {
     int master_port;
     bool link_up;    /* handshake done, any snapshot taken, link open */
     uint64_t offset; /* bytes of the primary's log applied */
+    /* The sync point of the current history: a PUBLISH record before it
+     * was published before this replica synced (a full resync replays
+     * the log from 0), and is applied without a word to subscribers. Set
+     * by each full resync, kept by a continue. */
+    uint64_t quiet_until;
     /* A transaction not all in yet (its MULTI at `offset`): the bytes from
      * its MULTI already found to be whole records before its EXEC, so that
      * the next call scans on from there. 0: none. The owner zeroes it when

@@ -11,9 +11,10 @@
  * to each subscriber's output and asks the owner to send it (kv.wake);
  * the owner holds a subscriber to the pubsub output limit, so one that
  * does not read is closed rather than buffered for without bound.
- * Messages are not logged: Redis propagates PUBLISH to its replicas, but
- * lull-kv's log keeps every record for the life of the process, and a
- * stream of messages would grow it for ever. */
+ * A primary logs each PUBLISH, as Redis propagates it, so a replica's
+ * subscribers hear it when the replica applies it (cmd.c: not one from
+ * before its sync point); a replica logs none, so a PUBLISH run on it
+ * stays there. */
 #include <inttypes.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -371,6 +372,9 @@ static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             cur = dict_scan(&k->patterns, cur, SIZE_MAX, publish_pattern, &w);
         while (cur);
     }
+    /* For the replicas' subscribers (a replica logs none). (The planted
+     * KV_PLANT_PUBLISH_UNLOGGED, repl.h: not logged.) */
+    if (!(k->plant & KV_PLANT_PUBLISH_UNLOGGED)) kv_log(k, a, 3);
     buf_int(out, ':', w.n);
 }
 
@@ -867,7 +871,7 @@ static const kv_cmd client_commands[] = {
     {"psubscribe", -2, CMD_PUBSUB, cmd_psubscribe},
     {"unsubscribe", -1, CMD_PUBSUB, cmd_unsubscribe},
     {"punsubscribe", -1, CMD_PUBSUB, cmd_punsubscribe},
-    {"publish", 3, 0, cmd_publish},
+    {"publish", 3, CMD_LOGGED, cmd_publish},
     {"auth", -2, 0, cmd_auth},
     {"select", 2, 0, cmd_select},
     {"hello", -1, 0, cmd_hello},

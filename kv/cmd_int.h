@@ -21,6 +21,8 @@ enum {
                              it (REPLSYNC, as Redis refuses SYNC) */
     CMD_CONTAINER = 0x20, /* runs as its subcommand (CLIENT KILL ...,
                              CONFIG GET ...): kv_client_subcommand */
+    CMD_LOGGED = 0x40,    /* not a write, but logged, so a replica runs it
+                             from the log too (PUBLISH) */
 };
 
 typedef struct kv_cmd {

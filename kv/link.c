@@ -1357,7 +1357,10 @@ void start_link(conn *c, const resp_arg *a, size_t argc) {
     } else if (k->log.base == 0) {
         offset = 0;
         repl_log_seek(&k->log, 0, &l->cur);
-        snprintf(reply, sizeof reply, "+FULLRESYNC %s 0\r\n", k->replid);
+        /* Its sync point after the 0: the log's records before it are
+         * applied, but their messages were published before it came. */
+        snprintf(reply, sizeof reply, "+FULLRESYNC %s 0 %" PRIu64 "\r\n",
+                 k->replid, k->log.end);
         buf_str(&c->out, reply);
     } else {
         /* The snapshot's producer sends the line, after this batch's
@@ -1563,6 +1566,19 @@ static bool line_offset(const char *s, uint64_t *out) {
     return true;
 }
 
+/* A +FULLRESYNC's offsets: "<offset>", or "0 <sync point>" (the log's
+ * end as the primary answered: its PUBLISH records before that are not
+ * delivered, cmd.c). s is cut at the space. */
+static bool full_offsets(char *s, uint64_t *off, uint64_t *from) {
+    char *sp = strchr(s, ' ');
+    *from = 0;
+    if (sp) {
+        *sp = 0;
+        if (!line_offset(sp + 1, from)) return false;
+    }
+    return line_offset(s, off) && (!sp || *off == 0);
+}
+
 /* The primary's answer to REPLSYNC: one line. 1 taken, 0 incomplete, -1
  * the link was closed. */
 static int master_handshake(server *srv) {
@@ -1591,7 +1607,7 @@ static int master_handshake(server *srv) {
     memcpy(line, m->in.p, n - 2);
     line[n - 2] = 0;
     char id[41];
-    uint64_t off;
+    uint64_t off, from;
     char tail;
     if (line[0] == '-') {
         srv_log(srv, "replica: %s:%d refused: %s", m->host, m->port, line + 1);
@@ -1606,12 +1622,16 @@ static int master_handshake(server *srv) {
     if (strncmp(line, "+FULLRESYNC ", word) == 0 &&
         sscanf(line + word, "%40[0-9a-f]%c", id, &tail) == 2 &&
         strlen(id) == 40 && tail == ' ' &&
-        line_offset(line + word + 41, &off)) {
+        full_offsets(line + word + 41, &off, &from)) {
         /* Past 0: a snapshot first, into a keyspace of its own. The
          * replid is taken at its end, so a link lost in the middle starts
          * over with a full sync. */
         m->snap = off > 0;
         m->snap_off = off;
+        /* A new history: its messages from the snapshot's offset on, or
+         * from the sync point of a replay from 0. */
+        k->quiet_until = m->snap ? off : from;
+        if (k->plant & KV_PLANT_PUBLISH_AGAIN) k->quiet_until = 0;
         memcpy(m->snap_id, id, sizeof id);
         if (m->snap) {
             m->replid[0] = 0;

@@ -178,6 +178,12 @@ enum {
 #define KV_PLANT_SCAN_MATCH_END (1ull << 41)
 /* FLUSHALL (and FLUSHDB) empties the keyspace without logging it. */
 #define KV_PLANT_FLUSH_UNLOGGED (1ull << 42)
+/* PUBLISH is not logged: a replica's subscribers hear nothing of the
+ * primary's messages. */
+#define KV_PLANT_PUBLISH_UNLOGGED (1ull << 43)
+/* A replica's full resync from the log's 0 ignores its sync point: the
+ * messages logged before it are heard (again). */
+#define KV_PLANT_PUBLISH_AGAIN (1ull << 44)
 
 /* A sender's place in the log: the next record and the chunk holding it,
  * both numbered since the log began (a trim does not move them). */

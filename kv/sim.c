@@ -78,7 +78,10 @@
  *   - each PUBLISH answers how many got it; each subscriber gets, byte
  *     for byte and in order, every message of its channels and patterns
  *     published on its node, once, and nothing else (after UNSUBSCRIBE
- *     and PUNSUBSCRIBE too);
+ *     and PUNSUBSCRIBE too); a replica's also gets the primary's, each
+ *     once, in the log's order, none logged before the sync point of the
+ *     replica's history (a full resync delivers no old message), and by
+ *     its end every one logged after that on the channels it keeps;
  *   - at the end every key the clients know holds what the model says,
  *     on the primary; every replica's link is up, at the primary's
  *     offset, with its keyspace byte for byte (pending TTLs too); what
@@ -122,7 +125,8 @@
  *                      zscore-exclusive, zremrank-negative, scan-skip,
  *                      blob-inplace, resume-replid,
  *                      publish-pattern, scan-match-end,
- *                      flush-unlogged: lull-kv's;
+ *                      flush-unlogged, publish-unlogged,
+ *                      publish-again: lull-kv's;
  *                      hollow-partition: the network's; short-write-
  *                      resend, short-write-drop: the stream path's; hang,
  *                      crash: the simulator's own, for --hang-seconds and
@@ -211,8 +215,12 @@ typedef struct node {
     char name[24];
     uint64_t last_offset; /* for "offsets never go backwards" */
     char last_replid[41];
-    uint64_t compared;   /* the offset its keyspace was last compared at + 1 */
-    bool why_down;       /* a replica said why its link went down */
+    uint64_t compared; /* the offset its keyspace was last compared at + 1 */
+    bool why_down;     /* a replica said why its link went down */
+    /* The sync point of its history: the primary's log end when it took
+     * the REPLSYNC that began it (its newest link's start). A message
+     * logged before it must not reach this replica's subscribers. */
+    uint64_t sync_point;
     uint64_t backoff_ms; /* its next retry's wait by link.c's rule; 0: 100 */
 } node;
 
@@ -401,6 +409,8 @@ typedef struct client {
  * the replies and messages it must get next, byte for byte, in order. */
 #define PS_WANT     128
 #define PS_WANT_LEN 80
+/* Messages a group publishes at most: 34 + 12 (ps_advance's draws). */
+#define PS_MSGS 64
 typedef struct ps_conn {
     lull_simconn c;
     struct ps_group *g;
@@ -409,6 +419,19 @@ typedef struct ps_conn {
                  ch:* and SUBSCRIBE ch:1 */
     bool live, up;
     unsigned subs; /* 1: ch:0, 2: ch:1, 4: ch:* */
+    /* The primary's messages on a replica's subscriber (ps_primary_msg):
+     * the subscriptions it began with and those whose dropping was
+     * confirmed; the last one got (2 J + 1 for a pmessage of message J:
+     * they come in that order, once each); the messages got, by J. */
+    unsigned subs0, dropped;
+    int last0;
+    uint64_t got0;
+    /* The sync point its messages are held to: the replica's history's
+     * as of the reply to a PING sent when the history began (messages
+     * before that reply may be of the history before), and those of the
+     * PINGs still unanswered, oldest first. */
+    uint64_t sync, sync_next[4];
+    int pings;
     char want[PS_WANT][PS_WANT_LEN];
     uint8_t want_len[PS_WANT];
     int whead, wlen;
@@ -422,6 +445,10 @@ typedef struct ps_group {
     struct sim *S;
     int node;
     int phase, left, seq, depth;
+    /* A replica's group: the replica's offset once its subscriptions
+     * were confirmed (the primary's messages logged from there on are
+     * owed to them, ps_owed). */
+    uint64_t sub_off;
     bool flush_sent;
     lull_timer timer;
     ps_conn conn[3];
@@ -527,9 +554,19 @@ struct sim {
     uint64_t xrng;
     ps_group ps[2];
     int nps;
+    /* The primary's group's messages (n0.J, J from 1): each one's channel
+     * and its record's offset in the primary's log (found in the
+     * archive: ps_record_at), and the log's end once every one was
+     * answered (0: not yet). */
+    int8_t ps0_chan[PS_MSGS];
+    uint64_t ps0_off[PS_MSGS];
+    int ps0_found;
+    uint64_t ps0_end;
     uint64_t keys_checked; /* KEYS replies checked */
     uint64_t kwalks;       /* SCAN MATCH walks checked whole */
     uint64_t pushes;       /* pub/sub messages checked */
+    uint64_t forgotten;    /* replicas made to forget their history */
+    uint64_t pushes0;      /* of them, the primary's on a replica */
     uint64_t flushes;      /* FLUSHALLs */
     /* Half the seeds (drawn apart, from their own stream): the bulk
      * writer, a log of small chunks that trims, and one replica (`late`)
@@ -3539,8 +3576,12 @@ static void reader_stop(sim *S) {
  * publishes again. Each PUBLISH must answer how many got it, and each
  * subscriber must get every message of its subscriptions once, in the
  * order published, a channel's before a pattern's (Redis' order), and
- * nothing else: not a message published on another node (lull-kv does
- * not log PUBLISH, docs/KV.md), nor one of a channel it dropped. */
+ * nothing else: not one of a channel it dropped, nor (on the primary)
+ * one published on a replica. A replica's subscribers also hear the
+ * primary's messages (PUBLISH is logged), interleaved with their own
+ * node's as replication goes: those are checked apart (ps_primary_msg,
+ * ps_owed_done), and the replica is made once to resync in full
+ * (ps_forget_history), so that its sync point is met. */
 
 static void ps_expect(ps_conn *pc, const char *bytes, size_t n) {
     sim *S = pc->g->S;
@@ -3575,7 +3616,7 @@ static void ps_sub(ps_conn *pc, const char *kind, const char *name, int after) {
 
 static bool ps_settled(const ps_group *g) {
     for (int i = 0; i < 3; i++)
-        if (!g->conn[i].up || g->conn[i].wlen) return false;
+        if (!g->conn[i].up || g->conn[i].wlen || g->conn[i].pings) return false;
     return true;
 }
 
@@ -3615,7 +3656,12 @@ static void ps_publish(ps_group *g) {
     int c = (int)below(&S->xrng, 3);
     char chan[8], msg[32], req[128], want[PS_WANT_LEN];
     snprintf(chan, sizeof chan, "ch:%d", c);
+    if (g->seq + 1 >= PS_MSGS) {
+        fail(S, "pubsub: more messages than the simulator keeps");
+        return;
+    }
     int ml = snprintf(msg, sizeof msg, "n%d.%d", g->node, ++g->seq);
+    if (g->node == 0) S->ps0_chan[g->seq] = (int8_t)c;
     int n = sprintf(req, "*3\r\n$7\r\nPUBLISH\r\n$4\r\n%s\r\n$%d\r\n%s\r\n",
                     chan, ml, msg);
     int got = 0;
@@ -3644,12 +3690,133 @@ static void ps_publish(ps_group *g) {
     ps_send(&g->conn[0], req, (size_t)n);
 }
 
+/* The offset of the PUBLISH record of the primary's group's message J
+ * in the primary's log, found in the archive (UINT64_MAX: not logged).
+ * The records are found in J's order, each after the one before. */
+static uint64_t ps_record_at(sim *S, int j) {
+    archive_sync(S);
+    while (S->ps0_found < j) {
+        int i = S->ps0_found + 1;
+        char msg[16], rec[96];
+        int ml = snprintf(msg, sizeof msg, "n0.%d", i);
+        int n = snprintf(rec, sizeof rec,
+                         "*3\r\n$7\r\nPUBLISH\r\n$4\r\nch:%d\r\n$%d\r\n%s\r\n",
+                         S->ps0_chan[i], ml, msg);
+        uint64_t from = S->ps0_found ? S->ps0_off[S->ps0_found] : 0;
+        uint64_t at = from;
+        while (at + (size_t)n <= S->arch.len &&
+               memcmp(S->arch.p + at, rec, (size_t)n) != 0)
+            at++;
+        if (at + (size_t)n > S->arch.len) return UINT64_MAX;
+        S->ps0_off[i] = at;
+        S->ps0_found = i;
+    }
+    return S->ps0_off[j];
+}
+
+/* A replica's group ends once the primary's group is done (every
+ * PUBLISH answered, so logged), the replica has applied the log past
+ * them in the primary's history, and its subscribers got every message
+ * owed to them: A each one on ch:0, B each on ch:1 (channels they keep),
+ * whose record is at or after both the replica's offset when their
+ * subscriptions were confirmed and its history's sync point. */
+static bool ps_owed_done(ps_group *g) {
+    sim *S = g->S;
+    node *n = &S->nodes[g->node];
+    if (!S->ps0_end || n->srv.kv.offset < S->ps0_end ||
+        strcmp(n->srv.m.replid, S->nodes[0].srv.kv.replid) != 0)
+        return false;
+    uint64_t from = g->sub_off > n->sync_point ? g->sub_off : n->sync_point;
+    for (int j = 1; j <= S->ps[0].seq; j++) {
+        int c = S->ps0_chan[j];
+        if (c > 1) continue;
+        const ps_conn *pc = &g->conn[c == 0 ? 1 : 2];
+        uint64_t off = ps_record_at(S, j);
+        if (off == UINT64_MAX || (off >= from && !(pc->got0 >> j & 1)))
+            return false;
+    }
+    return true;
+}
+
+/* A message of the primary's group (n0.J) on a replica's subscriber: the
+ * replica applied its PUBLISH record (PUBLISH is passed on, as Redis
+ * passes it). It must be of a subscription pc began with and whose drop
+ * was not confirmed yet, come after every such message it got (J's
+ * message before J's pmessage: each once, in the order published), and
+ * be logged at or after the sync point of the replica's history: none
+ * published before the replica synced. 0: not such a message (the ring
+ * checks it); 1: checked; -1: the seed failed. */
+static int ps_primary_msg(ps_conn *pc, const char *r, size_t n) {
+    ps_group *g = pc->g;
+    sim *S = g->S;
+    static const char m[] = "*3\r\n$7\r\nmessage\r\n$4\r\nch:";
+    static const char pm[] = "*4\r\n$8\r\npmessage\r\n$4\r\nch:*\r\n$4\r\nch:";
+    char t[96];
+    if (g->node == 0 || pc->role == 0 || n >= sizeof t) return 0;
+    memcpy(t, r, n);
+    t[n] = 0;
+    bool pat = strncmp(t, pm, sizeof pm - 1) == 0;
+    if (!pat && strncmp(t, m, sizeof m - 1) != 0) return 0;
+    int c, len, j;
+    if (sscanf(t + (pat ? sizeof pm : sizeof m) - 1, "%d\r\n$%d\r\nn0.%d", &c,
+               &len, &j) != 3)
+        return 0;
+    unsigned bit = pat ? 4u : c < 2 ? 1u << c : 0;
+    uint64_t off = 0, sync = pc->sync;
+    const char *why = NULL;
+    if (j < 1 || j > S->ps[0].seq || S->ps0_chan[j] != c)
+        why = "not a message the primary's publisher sent";
+    else if (!(pc->subs0 & bit))
+        why = "not of its subscriptions";
+    else if (pc->dropped & bit)
+        why = "after its drop was confirmed";
+    else if (2 * j + pat <= pc->last0)
+        why = "again, or out of the order published";
+    else if ((off = ps_record_at(S, j)) == UINT64_MAX)
+        why = "not in the primary's log";
+    else if (off < sync)
+        why = "logged before the sync point of the replica's history";
+    char got[160];
+    if (why) {
+        fail(S,
+             "pubsub: subscriber %c of %s got %s: %s (its record at %" PRIu64
+             ", the sync point %" PRIu64 ")",
+             pc->role == 1 ? 'A' : 'B', S->nodes[g->node].name,
+             oneline(r, n, got, sizeof got), why, off, sync);
+        return -1;
+    }
+    pc->last0 = 2 * j + pat;
+    if (!pat) pc->got0 |= 1ull << j;
+    S->pushes++;
+    S->pushes0++;
+    lull_simnet_log(S->net, "ps%d.%d < %s", g->node, pc->role,
+                    oneline(r, n, got, sizeof got));
+    return 1;
+}
+
+/* Once the primary's group has published its first messages, the
+ * replica with a group forgets its history, as one that restarted (or
+ * ran out of memory mid-record) does, and its link is cut: it syncs in
+ * full, from the log's 0 while nothing was trimmed, and its subscribers
+ * must hear none of the messages logged before its new sync point
+ * again, nor any it missed meanwhile, but every one after it. */
+static void ps_forget_history(sim *S) {
+    if (S->nps < 2) return;
+    node *n = &S->nodes[S->ps[1].node];
+    if (n->srv.m.state != M_UP || !n->srv.m.replid[0]) return;
+    lull_simnet_log(S->net, "%s forgets its history", n->name);
+    n->srv.m.replid[0] = 0;
+    kill_replicas(&S->nodes[0].srv.kv);
+    S->forgotten++;
+}
+
 /* The group's next move, after anything it got. */
 static void ps_advance(ps_group *g) {
     sim *S = g->S;
     if (S->failed || S->tearing_down) return;
     if (g->phase == 0 && ps_settled(g)) {
         g->phase = 1;
+        g->sub_off = S->nodes[g->node].srv.kv.offset;
         g->left = 5 + (int)below(&S->xrng, 30);
     }
     if (g->phase == 1 || g->phase == 3) {
@@ -3672,19 +3839,21 @@ static void ps_advance(ps_group *g) {
                 return;
             }
             g->phase = 4;
+            if (g->node == 0) S->ps0_end = S->nodes[0].srv.kv.log.end;
         }
     }
     if (g->phase == 2 && ps_settled(g)) {
         g->phase = 3;
+        if (g->node == 0) ps_forget_history(S);
         g->left = 3 + (int)below(&S->xrng, 10);
         ps_advance(g);
         return;
     }
     if (g->phase == 4 && ps_settled(g)) {
-        if (g->node)
-            ps_close(g);
-        else
+        if (!g->node)
             ps_flush_maybe(S);
+        else if (ps_owed_done(g))
+            ps_close(g);
     }
 }
 
@@ -3702,6 +3871,21 @@ static void ps_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         const char *r = pc->in.p + at;
         long n = model_reply_len(r, pc->in.len - at);
         if (n == 0) break;
+        int from0 = n > 0 ? ps_primary_msg(pc, r, (size_t)n) : 0;
+        if (from0 < 0) return;
+        /* The reply to a PING of ps_new_history: out of the ring, as the
+         * messages of a PUBLISH sent before it may come after it. */
+        if (from0 == 0 && pc->pings && n == 20 &&
+            memcmp(r, "*2\r\n$4\r\npong\r\n$0\r\n\r\n", 20) == 0) {
+            pc->sync = pc->sync_next[0];
+            memmove(pc->sync_next, pc->sync_next + 1,
+                    (size_t)--pc->pings * sizeof *pc->sync_next);
+            from0 = 1;
+        }
+        if (from0 > 0) {
+            at += (size_t)n;
+            continue;
+        }
         char got[160], want[160];
         const char *who = pc->role == 0   ? "the publisher"
                           : pc->role == 1 ? "subscriber A"
@@ -3723,6 +3907,11 @@ static void ps_frame(lull_endpoint *ep, const void *bytes, size_t len) {
         lull_simnet_log(S->net, "ps%d.%d < %s", g->node, pc->role,
                         oneline(r, (size_t)n, got, sizeof got));
         if (pc->role) S->pushes++;
+        /* A drop confirmed: no message of it may come after. */
+        if (strncmp(w, "*3\r\n$11\r\nunsubscribe\r\n$4\r\nch:1", 30) == 0)
+            pc->dropped |= 2;
+        if (strncmp(w, "*3\r\n$12\r\npunsubscribe\r\n", 23) == 0)
+            pc->dropped |= 4;
         if (pc->role == 0 && g->flush_sent && pc->wlen == 1) {
             S->flushes++;
             for (int c = 0; c < S->nclients; c++)
@@ -3755,12 +3944,14 @@ static void ps_connected(lull_simconn *c, int status) {
     ps_conn *pc = c->ep.data;
     if (status < 0) return; /* ps_closed says so */
     pc->up = true;
+    /* Its messages are of the replica's history now, or a later one. */
+    pc->sync = pc->g->S->nodes[pc->g->node].sync_point;
     if (pc->role == 1) {
-        pc->subs = 3;
+        pc->subs = pc->subs0 = 3;
         ps_sub(pc, "subscribe", "ch:0", 1);
         ps_sub(pc, "subscribe", "ch:1", 2);
     } else if (pc->role == 2) {
-        pc->subs = 6;
+        pc->subs = pc->subs0 = 6;
         ps_sub(pc, "psubscribe", "ch:*", 1);
         ps_sub(pc, "subscribe", "ch:1", 2);
     }
@@ -3802,6 +3993,15 @@ static bool ps_unfinished(sim *S, char *out, size_t cap) {
             c++;
         ps_conn *pc = &g->conn[c];
         char w[160];
+        if (g->node && g->phase == 4 && !pc->wlen) {
+            snprintf(out, cap,
+                     "pubsub on %s stuck in phase 4: the primary's messages "
+                     "owed to its subscribers not all got (its offset %" PRIu64
+                     ", the last message's log end %" PRIu64 ")",
+                     S->nodes[g->node].name, S->nodes[g->node].srv.kv.offset,
+                     S->ps0_end);
+            return true;
+        }
         snprintf(out, cap, "pubsub on %s stuck in phase %d: %s%s",
                  S->nodes[g->node].name, g->phase,
                  pc->wlen ? "owed " : "nothing owed",
@@ -4272,6 +4472,51 @@ static void check_link_limits(sim *S) {
     }
 }
 
+/* The primary's log end when it took the newest REPLSYNC of replica i
+ * (its link's start; 0 when it has none). */
+static uint64_t newest_link_start(sim *S, int i) {
+    server *srv = &S->nodes[0].srv;
+    uint64_t start = 0;
+    for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next)
+        if (p->port == S->nodes[i].srv.port)
+            start = LULL_CONTAINER_OF(p, rlink, peer)->start;
+    return start;
+}
+
+/* Replica i began a history with sync point `sync`: its group's
+ * subscribers send a PING, and the messages after its reply are held to
+ * that sync point (ps_primary_msg). */
+static void ps_new_history(sim *S, int i, uint64_t sync) {
+    for (int k = 1; k < S->nps; k++) {
+        ps_group *g = &S->ps[k];
+        if (g->node != i || g->phase == 5) continue;
+        for (int r = 1; r < 3; r++) {
+            ps_conn *pc = &g->conn[r];
+            if (!pc->up) continue;
+            if (pc->pings == 4) {
+                fail(S, "pubsub: more PINGs owed than the simulator keeps");
+                return;
+            }
+            pc->sync_next[pc->pings++] = sync;
+            lull_simnet_log(S->net,
+                            "ps%d.%d > PING (a new history from %" PRIu64 ")",
+                            i, r, sync);
+            ps_send(pc, "*1\r\n$4\r\nPING\r\n", 14);
+        }
+    }
+}
+
+/* A replica's group waiting for the primary's messages (ps_owed_done)
+ * is looked at again after each event: nothing else wakes it. */
+static void ps_wake_waiting(sim *S) {
+    for (int i = 1; i < S->nps; i++) {
+        ps_group *g = &S->ps[i];
+        if (g->phase == 4 && !lull_timer_active(&g->timer) && ps_settled(g) &&
+            ps_owed_done(g))
+            lull_timer_start(&g->timer, 0, 0);
+    }
+}
+
 static void check_offsets(lull_simnet *net, void *arg) {
     (void)net;
     sim *S = arg;
@@ -4299,12 +4544,18 @@ static void check_offsets(lull_simnet *net, void *arg) {
     if (S->failed) return;
     check_flood(S);
     if (S->failed) return;
+    ps_wake_waiting(S);
     for (int i = 1; i <= S->nreplicas; i++) {
         node *n = &S->nodes[i];
         const master *m = &n->srv.m;
         uint64_t off = n->srv.kv.offset;
         if (strcmp(m->replid, n->last_replid) != 0) {
             memcpy(n->last_replid, m->replid, sizeof n->last_replid);
+            if (m->replid[0]) {
+                n->sync_point = newest_link_start(S, i);
+                ps_new_history(S, i, n->sync_point);
+                if (S->failed) return;
+            }
         } else if (off < n->last_offset) {
             fail(S, "%s: offset went back from %" PRIu64 " to %" PRIu64,
                  n->name, n->last_offset, off);
@@ -4646,6 +4897,7 @@ typedef struct outcome {
     uint64_t bigs, same_len, hangups;
     uint64_t scans, scan_parts; /* SSCAN and ZSCAN walks checked whole */
     uint64_t keys_checked, kwalks, pushes, flushes; /* `extra`'s */
+    uint64_t pushes0, forgotten;
     uint64_t io[IO_KINDS]; /* --streams: each fault kind's effects */
     bool io_drawn[IO_KINDS];
 } outcome;
@@ -4859,6 +5111,8 @@ static void run_seed(uint64_t seed, uint64_t plant, FILE *trace,
     out->keys_checked = S->keys_checked;
     out->kwalks = S->kwalks;
     out->pushes = S->pushes;
+    out->pushes0 = S->pushes0;
+    out->forgotten = S->forgotten;
     out->flushes = S->flushes;
     out->bigs = S->bigs;
     out->same_len = S->same_len;
@@ -5104,6 +5358,8 @@ static const struct {
               {"publish-pattern", KV_PLANT_PUBLISH_PATTERN},
               {"scan-match-end", KV_PLANT_SCAN_MATCH_END},
               {"flush-unlogged", KV_PLANT_FLUSH_UNLOGGED},
+              {"publish-unlogged", KV_PLANT_PUBLISH_UNLOGGED},
+              {"publish-again", KV_PLANT_PUBLISH_AGAIN},
               {"hollow-partition", PLANT_HOLLOW_PARTITION},
               {"short-write-resend", PLANT_SHORT_RESEND},
               {"short-write-drop", PLANT_SHORT_DROP},
@@ -5515,6 +5771,7 @@ int main(int argc, char **argv) {
     uint64_t reads = 0, bulks = 0, bwalks = 0;
     uint64_t bigs = 0, same_len = 0, hangups = 0, scans = 0;
     uint64_t scan_parts = 0, keys_checked = 0, kwalks = 0, pushes = 0;
+    uint64_t pushes0 = 0, forgotten = 0;
     uint64_t flushes = 0;
     fault_tally faults = {0};
     signal(SIGALRM, hang_alarm); /* the seed watchdog (hang_arm) */
@@ -5552,6 +5809,8 @@ int main(int argc, char **argv) {
         keys_checked += o.keys_checked;
         kwalks += o.kwalks;
         pushes += o.pushes;
+        pushes0 += o.pushes0;
+        forgotten += o.forgotten;
         flushes += o.flushes;
         total.events += o.stats.events;
         total.partitions += o.stats.partitions;
@@ -5610,14 +5869,16 @@ int main(int argc, char **argv) {
            " SSCAN and ZSCAN walks checked whole (%" PRIu64
            " steps with a cursor to go on); %" PRIu64 " KEYS and %" PRIu64
            " SCAN MATCH walks checked, %" PRIu64
-           " pub/sub replies and messages, %" PRIu64 " flushes, %" PRIu64
+           " pub/sub replies and messages (%" PRIu64
+           " the primary's on a replica, %" PRIu64
+           " replicas made to resync in full), %" PRIu64 " flushes, %" PRIu64
            " floods read whole (at most %zu bytes of replies held)\n",
            n, dt, n / (dt > 0 ? dt : 1), commands, multis, total.events,
            total.partitions, total.breaks, faults.held, total.resets,
            faults.slowed, total.refused, lost, over_limit, continues, fulls,
            restarts, expired, probes, reads, bulks, bwalks, bigs, same_len,
-           hangups, scans, scan_parts, keys_checked, kwalks, pushes, flushes,
-           floods, flood_out);
+           hangups, scans, scan_parts, keys_checked, kwalks, pushes, pushes0,
+           forgotten, flushes, floods, flood_out);
     if (streams_mode) {
         printf("streams: ");
         for (int k = 0; k < IO_KINDS - 1; k++)

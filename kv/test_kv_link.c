@@ -3646,3 +3646,231 @@ TEST(clients_evicted_at_once_in_few_walks) {
     CHECK(a > 0);
     CHECK(b < 3 * a);
 }
+
+/* ------------------------------------- PUBLISH passed on to replicas */
+
+/* Two strings equal, both shown when not. */
+#define CHECK_STR_EQ(a, b)                                                     \
+    do {                                                                       \
+        const char *a_ = (a), *b_ = (b);                                       \
+        if (strcmp(a_, b_) != 0)                                               \
+            check_fail(__FILE__, __LINE__, "'%s' != '%s'", a_, b_);            \
+    } while (0)
+
+/* A primary whose log is kept from 0 (a full resync replays it) and a
+ * replica of it, in sync; the primary holds 5,000 keys. */
+static void open_pubsub_pair(lull_loop **loop, server *p, server *r) {
+    open_loaded_pair(loop, p, r, false);
+    server_start(r);
+    run_to_sync(*loop, p, r);
+}
+
+/* The next message on fd, as "channel message" or "pattern channel
+ * message" (a pmessage), into got; the case fails when none comes
+ * within 5 s (ask). */
+static const char *next_message(lull_loop *loop, int fd, char *got,
+                                size_t cap) {
+    char raw[512];
+    ask(loop, fd, NULL, raw, sizeof raw);
+    const char *w[4];
+    size_t wl[4], n = 0;
+    long long argc = atoll(raw + 1);
+    const char *at = strchr(raw, '\n') + 1;
+    for (long long i = 0; i < argc && n < 4; i++, n++) {
+        long long len = atoll(at + 1);
+        w[n] = strchr(at, '\n') + 1;
+        wl[n] = (size_t)len;
+        at = w[n] + len + 2;
+    }
+    size_t o = 0;
+    for (size_t i = 1; i < n; i++)
+        o += (size_t)snprintf(got + o, cap - o, "%s%.*s", i > 1 ? " " : "",
+                              (int)wl[i], w[i]);
+    return got;
+}
+
+/* Nothing more is owed to fd: a PING's reply (a subscriber's) comes
+ * next, after whatever the server had queued for it before. */
+static bool nothing_more(lull_loop *loop, int fd) {
+    char got[512];
+    return strcmp(ask(loop, fd, "PING\r\n", got, sizeof got),
+                  "*2\r\n$4\r\npong\r\n$0\r\n\r\n") == 0;
+}
+
+/* A PUBLISH on the primary reaches the subscribers of a replica, channel
+ * and pattern, as redis-server passes it on; a PUBLISH on the replica
+ * stays there (it logs nothing) and the primary's own subscribers hear
+ * the primary's only. */
+TEST(publish_reaches_a_replicas_subscribers) {
+    lull_loop *loop;
+    server p, r;
+    open_pubsub_pair(&loop, &p, &r);
+    char got[512];
+    int sub = client_to(loop, &r, NULL);
+    ask(loop, sub, "SUBSCRIBE ch\r\n", got, sizeof got);
+    ask(loop, sub, "PSUBSCRIBE c*\r\n", got, sizeof got);
+    int psub = client_to(loop, &p, NULL);
+    ask(loop, psub, "SUBSCRIBE ch\r\n", got, sizeof got);
+    int pub = client_to(loop, &p, NULL);
+    CHECK_STR_EQ(ask(loop, pub, "PUBLISH ch hello\r\n", got, sizeof got),
+                 ":1\r\n");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch hello");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "c* ch hello");
+    CHECK_STR_EQ(next_message(loop, psub, got, sizeof got), "ch hello");
+    int rpub = client_to(loop, &r, NULL);
+    CHECK_STR_EQ(ask(loop, rpub, "PUBLISH ch local\r\n", got, sizeof got),
+                 ":2\r\n");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch local");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "c* ch local");
+    CHECK(nothing_more(loop, psub));
+    CHECK_U64_EQ(r.kv.log.end, 0);
+    CHECK(nothing_more(loop, sub));
+    close(sub);
+    close(psub);
+    close(pub);
+    close(rpub);
+    close_all(loop, &p, &r);
+}
+
+/* What the replica's key k held as each message was handed to a
+ * subscriber: its place among the writes. */
+static char seen_at[8][32];
+static int nseen;
+static void (*wake_was)(kv_client *cl);
+static void wake_noting(kv_client *cl) {
+    kv *k = &((conn *)cl->owner)->srv->kv;
+    size_t len;
+    const char *v = store_get(&k->db, "k", 1, &len);
+    if (nseen < 8)
+        snprintf(seen_at[nseen++], sizeof seen_at[0], "%.*s", v ? (int)len : 4,
+                 v ? v : "none");
+    wake_was(cl);
+}
+
+/* A message is delivered on the replica at its place in the log: after
+ * the writes before it were applied and before the ones after it, inside
+ * a transaction too (applied as one run: no client sees k at 3). */
+TEST(publish_keeps_its_place_among_the_writes_on_a_replica) {
+    lull_loop *loop;
+    server p, r;
+    open_pubsub_pair(&loop, &p, &r);
+    char got[512];
+    int sub = client_to(loop, &r, NULL);
+    ask(loop, sub, "SUBSCRIBE ch\r\n", got, sizeof got);
+    nseen = 0;
+    wake_was = r.kv.wake;
+    r.kv.wake = wake_noting;
+    int pub = client_to(loop, &p, NULL);
+    static const char req[] = "SET k 1\r\nPUBLISH ch a\r\nSET k 2\r\n"
+                              "PUBLISH ch b\r\nMULTI\r\nSET k 3\r\n"
+                              "PUBLISH ch c\r\nSET k 4\r\nEXEC\r\n";
+    send_all(pub, req, sizeof req - 1);
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch a");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch b");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch c");
+    CHECK_EQ(nseen, 3);
+    CHECK_STR_EQ(seen_at[0], "1");
+    CHECK_STR_EQ(seen_at[1], "2");
+    CHECK_STR_EQ(seen_at[2], "3"); /* inside the transaction, in one run */
+    run_to_sync(loop, &p, &r);
+    same_dumps(&p, &r);
+    r.kv.wake = wake_was;
+    close(sub);
+    close(pub);
+    close_all(loop, &p, &r);
+}
+
+/* A replica whose link dropped continues from its offset: the messages
+ * published meanwhile reach its subscribers once each, in order, and
+ * none of those it had delivered before comes again. */
+TEST(publish_while_a_replica_is_away_delivered_once_on_continue) {
+    lull_loop *loop;
+    server p, r;
+    open_pubsub_pair(&loop, &p, &r);
+    char got[512];
+    int sub = client_to(loop, &r, NULL);
+    ask(loop, sub, "SUBSCRIBE ch\r\n", got, sizeof got);
+    write_cmd(&p, "PUBLISH", "ch", "before");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch before");
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    write_cmd(&p, "PUBLISH", "ch", "away1");
+    write_cmd(&p, "SET", "x", "1");
+    write_cmd(&p, "PUBLISH", "ch", "away2");
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_continue, 1);
+    write_cmd(&p, "PUBLISH", "ch", "after");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch away1");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch away2");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch after");
+    CHECK(nothing_more(loop, sub));
+    close(sub);
+    close_all(loop, &p, &r);
+}
+
+/* A full resync that replays the log from 0 (nothing trimmed yet) applies
+ * the PUBLISH records before the primary's end at the handshake but
+ * delivers none of them: a replica that joins late hears nothing
+ * published before it came, and one that resyncs in full (its replid
+ * dropped, as out of memory mid-record drops it) neither what it heard
+ * nor what was published while it was away, as redis-server. */
+TEST(publish_not_delivered_again_by_a_full_resync) {
+    lull_loop *loop;
+    server p, r;
+    open_loaded_pair(&loop, &p, &r, false);
+    write_cmd(&p, "PUBLISH", "ch", "before-join");
+    char got[512];
+    int sub = client_to(loop, &r, NULL);
+    ask(loop, sub, "SUBSCRIBE ch\r\n", got, sizeof got);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_replay, 1);
+    write_cmd(&p, "PUBLISH", "ch", "joined");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch joined");
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    r.m.replid[0] = 0; /* its keyspace is no offset's: a full resync */
+    write_cmd(&p, "PUBLISH", "ch", "away");
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_replay, 2);
+    CHECK_EQ(snap_continue, 0);
+    write_cmd(&p, "PUBLISH", "ch", "after");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch after");
+    CHECK(nothing_more(loop, sub));
+    same_dumps(&p, &r);
+    close(sub);
+    close_all(loop, &p, &r);
+}
+
+/* A replica away while writes push its offset out of the backlog syncs
+ * from a snapshot: its subscribers hear nothing published before the
+ * snapshot's offset (those messages are in no stream it gets), as
+ * redis-server's after a full resync, and every message after it. */
+TEST(publish_while_away_not_delivered_after_a_snapshot) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_FORK);
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    char got[512];
+    int sub = client_to(loop, &r, NULL);
+    ask(loop, sub, "SUBSCRIBE ch\r\n", got, sizeof got);
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    uint64_t was = r.kv.offset;
+    write_cmd(&p, "PUBLISH", "ch", "away");
+    for (int i = 0; i < 2000; i++)
+        write_cmd(&p, "SET", "later", "0123456789012345678901234567890123");
+    CHECK(p.kv.log.base > was);
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_full, 2);
+    write_cmd(&p, "PUBLISH", "ch", "after");
+    CHECK_STR_EQ(next_message(loop, sub, got, sizeof got), "ch after");
+    CHECK(nothing_more(loop, sub));
+    same_dumps(&p, &r);
+    close(sub);
+    close_all(loop, &p, &r);
+}
