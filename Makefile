@@ -253,7 +253,8 @@ sim:
 	  lpos-tail expire-seconds smove-same zpop-past setstore-source \
 	  zscore-exclusive zremrank-negative scan-skip blob-inplace resume-replid \
 	  hollow-partition short-write-resend short-write-drop hollow-short-write \
-	  publish-pattern scan-match-end flush-unlogged; do \
+	  publish-pattern scan-match-end flush-unlogged publish-unlogged \
+	  publish-again; do \
 	  $(SIM) --plant $$bug --expect-find $(SIM_PLANT_SEEDS) || exit 1; done
 	$(CMAKE) -DPROGRAM=$(SIM) -DCOMMANDS=$(SIM_COMMANDS) \
 	  -P kv/sim_determinism.cmake
