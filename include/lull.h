@@ -202,15 +202,17 @@ LULL_EXTERN int lull_loop_adopt(lull_loop *loop);
  * lull_loop_run(loop, LULL_RUN_NOWAIT). lull_loop_backend_fd gives an fd
  * that polls readable when an fd watcher, signal handle, process or remote
  * post has work (the loop's epoll instance); it stays the same until
- * lull_loop_fork, which makes a new one. lull_loop_backend_timeout sets
- * *timeout_ns to how long the host may wait before running lull again: 0
- * when work is ready now, the time to the earliest timer, or -1 when only
- * the fd can bring work. Call it just before the host waits: from then on,
- * a remote post makes the fd readable. Round up when the host's wait takes
- * ms, or a timer runs early: ms = (ns + 999999) / 1000000. Both -EINVAL for
- * NULL; the timeout -EBUSY inside a run (a callback). The fd is made at
- * the first call: -EMFILE, -ENFILE or -ENOMEM then, and a later call tries
- * again. Loop thread only. */
+ * lull_loop_fork, which makes a new one, and lull_loop_free closes it (stop
+ * watching it first: its number may name another file after that).
+ * lull_loop_backend_timeout sets *timeout_ns to how long the host may wait
+ * before running lull again: 0 when work is ready now, the time to the
+ * earliest timer, or -1 when only the fd can bring work. Call it just
+ * before the host waits: from then on until the next run, a remote post
+ * makes the fd readable (in a forked child too: after lull_loop_fork, the
+ * new fd). Round up when the host's wait takes ms, or a timer runs early:
+ * ms = (ns + 999999) / 1000000. Both -EINVAL for NULL; the timeout -EBUSY
+ * inside a run (a callback). The fd is made at the first call: -EMFILE,
+ * -ENFILE or -ENOMEM then, and a later call tries again. Loop thread only. */
 LULL_EXTERN int lull_loop_backend_fd(lull_loop *loop);
 LULL_EXTERN int lull_loop_backend_timeout(lull_loop *loop, int64_t *timeout_ns);
 /* A reference for expected remote posts: keeps lull_loop_run alive. */
@@ -239,6 +241,9 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
  * Call it on the thread that forked, which must own the loop: fork on the
  * loop's thread (inside a callback is fine), or while no thread runs it
  * (then lull_loop_adopt in the child makes the forking thread the owner).
+ * A host's wait that lull_loop_backend_timeout announced before the fork,
+ * with no run since, stays announced on the child's new fd: the child's
+ * remote posts, and those the fork left queued, make that fd readable.
  * A thread inside lull_task_post_remote on this loop at the fork leaves
  * the child that post half-made (its task stays claimed: a post of it
  * there never runs until lull_task_init), and nothing in the child can

@@ -623,6 +623,7 @@ void lull__post_remote_wake(lull_loop *loop);
  * parent's: a wake would reach the parent's loop). */
 void lull__post_remote_forked(lull_loop *loop, lull_task *task);
 int lull__remote_fork(lull_loop *loop);
+void lull__remote_fork_host(lull_loop *loop, bool ready);
 void lull__notify_fork(lull_loop *loop);
 /* lull_loop_fork, before the epoll set is rebuilt: the child's inotify
  * instance is its own, and its inherited watches end with GONE in a later

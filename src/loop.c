@@ -894,5 +894,9 @@ int lull_loop_fork(lull_loop *loop) {
     if (err) return err;
     loop->pid = getpid(); /* the kernel state is this one's */
     lull__notify_fork(loop);
+    /* A host that asked lull_loop_backend_timeout before the fork and has
+     * not run the loop since waits in the child as well, on the new fd
+     * (lull_loop_fork is no run). */
+    if (loop->embedded) lull__remote_fork_host(loop, ready_now(loop));
     return 0;
 }

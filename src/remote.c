@@ -316,3 +316,16 @@ int lull__remote_fork(lull_loop *loop) {
     loop->remote_fd = fd;
     return 0;
 }
+
+/* lull_loop_fork, last, when lull_loop_backend_timeout announced a host's
+ * wait and no run came since (loop->embedded): the host waits in the child
+ * too, on the child's new fd, so the wait stays announced (the reset in
+ * lull__remote_fork had the child's posters write no eventfd), and work
+ * the fork left ready (`ready`: posts made before it, which wrote the
+ * parent's eventfd and which lull__notify_fork's drain queued, so the
+ * stack is empty here; what the fork itself queued) writes the new
+ * eventfd, so that the new fd shows it. */
+void lull__remote_fork_host(lull_loop *loop, bool ready) {
+    __atomic_store_n(&loop->sleeping, LULL__SLEEP_EPOLL, __ATOMIC_SEQ_CST);
+    if (ready) wake_loop(loop);
+}

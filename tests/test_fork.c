@@ -676,3 +676,76 @@ TEST(fork_call_without_a_fork_is_einval) {
     close(w.fds[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A host that embeds lull (lull_loop_backend_fd) asked
+ * lull_loop_backend_timeout before the fork and waits after it, in the
+ * child, on the child's new fd, with the timeout it was given (-1: only
+ * the fd can bring work). Until the next run, a remote post must make the
+ * fd readable: lull_loop_fork is no run. Two ways the child's host slept
+ * through a post: one made in the child after lull_loop_fork (the fork had
+ * reset the wait's announcement, so the poster wrote no eventfd), and one
+ * made before the fork, which wrote the parent's eventfd (its edge stays
+ * in the parent's set) and which the child's new fd never showed. */
+typedef struct host_case {
+    lull_loop *loop;
+    lull_task task;
+    int runs;
+} host_case;
+
+static void host_case_ran(lull_task *t) {
+    LULL_CONTAINER_OF(t, host_case, task)->runs++;
+}
+
+static void *host_case_post(void *arg) {
+    host_case *hc = arg;
+    lull_task_post_remote(hc->loop, &hc->task);
+    return NULL;
+}
+
+static void host_waits_across_a_fork(bool post_before_fork) {
+    host_case hc = {0};
+    CHECK_EQ(lull_loop_new(&hc.loop, NULL), 0);
+    CHECK(lull_loop_backend_fd(hc.loop) >= 0);
+    lull_task_init(&hc.task, host_case_ran);
+    int64_t timeout;
+    CHECK_EQ(lull_loop_backend_timeout(hc.loop, &timeout), 0);
+    CHECK_EQ(timeout, -1); /* the host would wait for the fd alone */
+    pthread_t th;
+    if (post_before_fork) {
+        CHECK_EQ(pthread_create(&th, NULL, host_case_post, &hc), 0);
+        CHECK_EQ(pthread_join(th, NULL), 0);
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        CHECK_EQ(lull_loop_fork(hc.loop), 0);
+        int fd = lull_loop_backend_fd(hc.loop); /* a new one: re-watched */
+        CHECK(fd >= 0);
+        if (!post_before_fork) {
+            CHECK_EQ(pthread_create(&th, NULL, host_case_post, &hc), 0);
+            CHECK_EQ(pthread_join(th, NULL), 0);
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        CHECK_EQ(poll(&p, 1, 10000), 1); /* the post, not the 10 s limit */
+        CHECK_EQ(lull_loop_run(hc.loop, LULL_RUN_NOWAIT), 0);
+        CHECK_EQ(hc.runs, 1);
+        CHECK_EQ(lull_loop_free(hc.loop), 0);
+        _exit(0);
+    }
+    int status = wait_for_child(pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    /* The parent's own copy of a pre-fork post runs here. */
+    CHECK_EQ(lull_loop_run(hc.loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(hc.runs, post_before_fork ? 1 : 0);
+    CHECK_EQ(lull_loop_free(hc.loop), 0);
+}
+
+TEST_THREADED(fork_child_host_waiting_hears_a_post_made_after_the_fork) {
+    host_waits_across_a_fork(false);
+}
+
+TEST_THREADED(fork_child_host_waiting_hears_a_post_made_before_the_fork) {
+    host_waits_across_a_fork(true);
+}

@@ -352,6 +352,87 @@ TEST_THREADED(notify_remote_burst_while_running) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Four threads raise one notifier 250,000 times each (10^6 in all), so
+ * that raisers race each other for its one remote task (one claims it,
+ * the others are coalesced into that claim or into the queued post),
+ * which a single raiser never does. Before each raise a thread stores how
+ * far it got; the listener reads all four. Nothing is lost when a run
+ * comes after every thread's last raise and sees its last store: the
+ * listener then stops and lets the run end. A lost raise leaves it
+ * waiting, and the guard timer fails the case. */
+#define RAISERS     4
+#define RAISES_EACH 250000
+
+typedef struct many_case {
+    lull_loop *loop;
+    lull_notifier n;
+    lull_listener l;
+    lull_timer guard;
+    atomic_int progress[RAISERS]; /* raises made, stored before each */
+    int runs;
+} many_case;
+
+typedef struct raiser {
+    many_case *mc;
+    int index;
+} raiser;
+
+static void *raise_many(void *arg) {
+    raiser *r = arg;
+    for (int i = 1; i <= RAISES_EACH; i++) {
+        atomic_store_explicit(&r->mc->progress[r->index], i,
+                              memory_order_relaxed);
+        lull_notifier_raise_remote(r->mc->loop, &r->mc->n);
+    }
+    return NULL;
+}
+
+static void many_raise_lost(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "a thread's last remote raise never ran");
+}
+
+static void on_many(lull_listener *l) {
+    many_case *mc = LULL_CONTAINER_OF(l, many_case, l);
+    mc->runs++;
+    for (int i = 0; i < RAISERS; i++)
+        if (atomic_load_explicit(&mc->progress[i], memory_order_relaxed) !=
+            RAISES_EACH)
+            return;
+    lull_listener_stop(l);
+    lull_timer_stop(&mc->guard);
+    lull_loop_unref(mc->loop);
+}
+
+TEST_THREADED(notify_remote_from_four_threads_loses_nothing) {
+    static many_case mc;
+    CHECK_EQ(lull_loop_new(&mc.loop, NULL), 0);
+    CHECK_EQ(lull_notifier_init(&mc.n), 0);
+    CHECK_EQ(lull_listener_start(mc.loop, &mc.n, &mc.l, on_many), 0);
+    lull_timer_init(mc.loop, &mc.guard, many_raise_lost);
+    lull_timer_start(&mc.guard, 10 * 1000000000ull, 0);
+    lull_timer_unref(&mc.guard);
+    lull_loop_ref(mc.loop);
+    pthread_t th[RAISERS];
+    raiser r[RAISERS];
+    for (int i = 0; i < RAISERS; i++) {
+        r[i] = (raiser){&mc, i};
+        CHECK_EQ(pthread_create(&th[i], NULL, raise_many, &r[i]), 0);
+    }
+    CHECK_EQ(lull_loop_run(mc.loop, LULL_RUN_DEFAULT), 0);
+    for (int i = 0; i < RAISERS; i++)
+        CHECK_EQ(pthread_join(th[i], NULL), 0);
+    CHECK(mc.runs >= 1);
+    CHECK(mc.runs <= RAISERS * RAISES_EACH);
+    /* Each raise the loop took queued the listener once, ahead of the next
+     * one taken; only a raise taken after the last run found it gone. */
+    CHECK(mc.n.raised >= (uint64_t)mc.runs);
+    CHECK(mc.n.raised <= (uint64_t)mc.runs + 1);
+    /* A raise the last run absorbed may still sit on the stack. */
+    lull_notifier_quiesce(mc.loop, &mc.n);
+    CHECK_EQ(lull_loop_free(mc.loop), 0);
+}
+
 /* lull_notifier_quiesce withdraws remote raises that have not run, both one
  * still on the loop's cross-thread stack and one already queued locally, so
  * the notifier can be freed (poisoned first: a raise that ran anyway would
