@@ -1175,10 +1175,12 @@ LULL_EXTERN int lull_stream_detach(lull_stream *s);
  * SCM_MAX_FD) attached over a Unix stream socket (SCM_RIGHTS). They are
  * dup'ed: close yours when this returns; lull closes its copies once the
  * frame's first byte is written, or when a close discards it. One
- * allocation per call. 0, or the errors of lull_endpoint_send, and:
- * -EINVAL (nfds out of range, fds NULL, a raw frame of 0 bytes), -EBADF (a
- * number in fds that is not open), -ENOTSUP (not a Unix socket: TCP, a
- * pipe), -EMFILE (no fd left for the copies). */
+ * allocation per call. 0, or, checked in this order: -EINVAL (nfds out of
+ * range, a NULL, bytes NULL with len > 0, a raw frame of 0 bytes), -EPIPE,
+ * -ENOTSUP (not a Unix socket: TCP, a pipe), -EMSGSIZE, -EBUSY (as
+ * lull_endpoint_send), then -EBADF (a number in fds that is not open),
+ * -EMFILE (no fd left for the copies), -ENOMEM, then -ENOBUFS (as
+ * lull_endpoint_send: the stream closes). */
 LULL_EXTERN int lull_stream_send_fds(lull_stream *s, lull_frame *frame,
                                      const int *fds, int nfds);
 /* Inside on_frame of a stream opened with LULL_STREAM_FDS: moves up to max
