@@ -801,7 +801,9 @@ struct lull_endpoint {
 #define LULL_FRAME_MAX_DEFAULT ((size_t)16 << 20)
 /* 64 KiB: a socket's default send buffer order of magnitude; enough for
  * many small frames in flight before a producer is asked to wait. With
- * max_queued set below twice that, an unset mark is half of max_queued. */
+ * max_queued set below twice that, an unset mark is half of max_queued.
+ * A mark set above a max_queued set is refused (-EINVAL) by every
+ * transport's set-up: writable would hold until a send closed the end. */
 #define LULL_HIGH_WATER_DEFAULT ((size_t)64 << 10)
 /* No bound on queued bytes unless max_queued is set: as with a socket's
  * writes in libuv, a producer that ignores lull_endpoint_writable grows the

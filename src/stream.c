@@ -1700,8 +1700,10 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
 }
 
 static bool options_ok(const lull_stream_options *o) {
-    return !o || !(o->flags &
-                   ~(LULL_STREAM_RAW | LULL_STREAM_NAGLE | LULL_STREAM_FDS));
+    if (!o) return true;
+    if (o->flags & ~(LULL_STREAM_RAW | LULL_STREAM_NAGLE | LULL_STREAM_FDS))
+        return false;
+    return lull__marks_ok(o->high_water, o->max_queued);
 }
 
 /* LULL_STREAM_FDS asked of a stream that is not one Unix socket. */
