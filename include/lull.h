@@ -960,7 +960,8 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * lull_stream_detach), as its last callback, after every frame was
  * released: the one place to free the stream. It gets 0 for the peer's
  * orderly EOF, else -ECONNRESET, -EPIPE, -ETIMEDOUT (idle_timeout_ns),
- * -EMSGSIZE, -EPROTO or another errno, at once; or the reason given to
+ * -EMSGSIZE, -EPROTO, -EMFILE or -ETOOMANYREFS (passed fds:
+ * lull_stream_take_fds) or another errno, at once; or the reason given to
  * lull_endpoint_close, in a later turn. That closes now:
  * one last write attempt, then what is still queued is released
  * unwritten and the socket is closed (the peer reads EOF); the struct stays
@@ -1358,8 +1359,9 @@ LULL_EXTERN int lull_udp_local_port(const lull_udp *udp);
  * unconnected socket, a family the socket does not take), -EISCONN (to
  * given on a connected socket), -EMSGSIZE (len > 65507, 65527 to IPv6,
  * or past gso_segment's 64 segments), -EBUSY (the request is in flight),
- * -ENOBUFS (queued + len would pass max_queued), -EPIPE (closed). cb may
- * be NULL. */
+ * -ENOBUFS (queued + len would pass max_queued), -EPIPE (closed); on a
+ * handle with no socket yet, the errno of the socket it makes (-EMFILE,
+ * -ENFILE: nothing is kept). cb may be NULL. */
 LULL_EXTERN int lull_udp_send(lull_udp *udp, lull_datagram *req,
                               const void *bytes, size_t len,
                               const struct sockaddr *to, lull_udp_send_fn cb);
