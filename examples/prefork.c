@@ -255,9 +255,13 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--worker") == 0) return worker_main();
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
     int port = self_test ? 0 : (argc > 1 ? port_arg(argv[1]) : 7000);
-    if (port < 0 || argc > 2) {
-        fprintf(stderr, "usage: prefork [PORT (1-65535)] | --self-test\n");
-        return 2;
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2.
+     */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || port < 0 || argc > 2) {
+        fprintf(help ? stdout : stderr,
+                "usage: prefork [PORT (1-65535)] | --self-test\n");
+        return help ? 0 : 2;
     }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;

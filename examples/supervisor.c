@@ -311,10 +311,13 @@ int main(int argc, char **argv) {
         bool digits = *argv[1] >= '0' && *argv[1] <= '9' && !*end;
         s.n = digits && n <= MAX_WORKERS ? (int)n : -1;
     }
-    if (argc > 2 || s.n < 1 || s.n > MAX_WORKERS) {
-        fprintf(stderr, "usage: supervisor [N (1-%d)] | --self-test\n",
-                MAX_WORKERS);
-        return 2;
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2.
+     */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || argc > 2 || s.n < 1 || s.n > MAX_WORKERS) {
+        fprintf(help ? stdout : stderr,
+                "usage: supervisor [N (1-%d)] | --self-test\n", MAX_WORKERS);
+        return help ? 0 : 2;
     }
     s.grace_ns = self_test ? 200 * MS : 2000 * MS;
     s.backoff_min = self_test ? 10 * MS : 100 * MS;
