@@ -110,9 +110,12 @@ static int port_arg(const char *s) {
 int main(int argc, char **argv) {
     const char *host = "localhost";
     int port = 0;
-    if (argc != 1 && (argc != 3 || (port = port_arg(argv[2])) < 0)) {
-        fprintf(stderr, "usage: dial [HOST PORT (1-65535)]\n");
-        return 2;
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2.
+     */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || (argc != 1 && (argc != 3 || (port = port_arg(argv[2])) < 0))) {
+        fprintf(help ? stdout : stderr, "usage: dial [HOST PORT (1-65535)]\n");
+        return help ? 0 : 2;
     }
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;

@@ -272,9 +272,13 @@ static int port_arg(const char *s) {
 int main(int argc, char **argv) {
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
     int arg = self_test ? 0 : argc > 1 ? port_arg(argv[1]) : 7000;
-    if (arg < 0 || argc > 2) {
-        fprintf(stderr, "usage: echo [PORT (1-65535)] | --self-test\n");
-        return 2;
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2.
+     */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || arg < 0 || argc > 2) {
+        fprintf(help ? stdout : stderr,
+                "usage: echo [PORT (1-65535)] | --self-test\n");
+        return help ? 0 : 2;
     }
     uint16_t port = (uint16_t)arg;
     /* The self-test's idle timeout must outlast any stall of its client

@@ -36,14 +36,23 @@ typedef struct copy {
     uint64_t copied;
     char *data, *back;
     int failed;
-    int done; /* every step ran */
+    int done;         /* every step ran */
+    const char *what; /* the request in flight, named if it fails, */
+    const char *path; /* with the path it was given (NULL: none) */
 } copy;
 
 static void next(lull_fs *req, int64_t result);
 
 static void fail(copy *c, const char *what, int64_t result) {
-    fprintf(stderr, "fs_copy: %s: %s\n", what, lull_strerror((int)result));
+    fprintf(stderr, "fs_copy: %s%s%s: %s\n", what, c->path ? " " : "",
+            c->path ? c->path : "", lull_strerror((int)result));
     c->failed = 1;
+}
+
+/* Names the request about to go, for a failure to say which it was. */
+static void doing(copy *c, const char *what, const char *path) {
+    c->what = what;
+    c->path = path;
 }
 
 /* Each case checks the result of the step before it and starts the next. */
@@ -52,18 +61,20 @@ static void next(lull_fs *req, int64_t r) {
     lull_loop *L = c->loop;
     lull_pool *P = c->files;
     if (r < 0) {
-        fail(c, "a step failed", r);
+        fail(c, c->what, r);
         return;
     }
     int rc = 0;
     switch (c->step++) {
     case 0:
+        doing(c, "mkdtemp", c->dir);
         rc = lull_fs_mkdtemp(L, P, req, c->dir, next);
         break;
     case 1:
         c->dir_made = true;
         snprintf(c->src, sizeof c->src, "%s/source", c->dir);
         snprintf(c->dst, sizeof c->dst, "%s/copy", c->dir);
+        doing(c, "open", c->src);
         rc = lull_fs_open(L, P, req, c->src, O_RDWR | O_CREAT | O_EXCL, 0600,
                           next);
         break;
@@ -71,6 +82,7 @@ static void next(lull_fs *req, int64_t r) {
         c->in = (int)r;
         /* At the file's own position (just opened: 0), which the write
          * moves, as libuv's offset -1; the later steps give offsets. */
+        doing(c, "write", c->src);
         rc = lull_fs_write(L, P, req, c->in, c->data, SIZE, LULL_FS_CURRENT,
                            next);
         break;
@@ -81,9 +93,11 @@ static void next(lull_fs *req, int64_t r) {
             c->failed = 1;
             return;
         }
+        doing(c, "fstat", c->src);
         rc = lull_fs_fstat(L, P, req, c->in, &c->st, next);
         break;
     case 4:
+        doing(c, "open", c->dst);
         rc = lull_fs_open(L, P, req, c->dst, O_RDWR | O_CREAT | O_EXCL, 0600,
                           next);
         break;
@@ -96,14 +110,17 @@ static void next(lull_fs *req, int64_t r) {
         c->copied += (uint64_t)r;
         if (c->copied < c->st.size) {
             c->step = 6;
+            doing(c, "copy_range to", c->dst);
             rc = lull_fs_copy_range(L, P, req, c->out, c->copied, c->in,
                                     c->copied, c->st.size - c->copied, next);
             break;
         }
         c->step = 7;
+        doing(c, "fsync", c->dst);
         rc = lull_fs_fsync(L, P, req, c->out, next);
         break;
     case 7:
+        doing(c, "read", c->dst);
         rc = lull_fs_read(L, P, req, c->out, c->back, SIZE, 0, next);
         break;
     case 8:
@@ -111,20 +128,25 @@ static void next(lull_fs *req, int64_t r) {
             fprintf(stderr, "fs_copy: the copy differs\n");
             c->failed = 1;
         }
+        doing(c, "close", c->src);
         rc = lull_fs_close(L, P, req, c->in, next);
         break;
     case 9:
         c->in = -1;
+        doing(c, "close", c->dst);
         rc = lull_fs_close(L, P, req, c->out, next);
         break;
     case 10:
         c->out = -1;
+        doing(c, "unlink", c->src);
         rc = lull_fs_unlink(L, P, req, c->src, next);
         break;
     case 11:
+        doing(c, "unlink", c->dst);
         rc = lull_fs_unlink(L, P, req, c->dst, next);
         break;
     case 12:
+        doing(c, "rmdir", c->dir);
         rc = lull_fs_rmdir(L, P, req, c->dir, next);
         break;
     default:
@@ -132,7 +154,10 @@ static void next(lull_fs *req, int64_t r) {
         c->done = 1;
         return;
     }
-    if (rc < 0) fail(c, "a submit was refused", rc);
+    if (rc < 0) {
+        c->path = NULL;
+        fail(c, "a submit was refused", rc);
+    }
 }
 
 /* After a failed step: what the chain opened and made, closed and removed

@@ -138,10 +138,13 @@ static int port_arg(const char *s) {
 int main(int argc, char **argv) {
     bool self_test = argc > 1 && strcmp(argv[1], "--self-test") == 0;
     int port = self_test ? 0 : argc > 1 ? port_arg(argv[1]) : 7000;
-    if (port < 0 || argc > 2) {
-        fprintf(stderr,
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2.
+     */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || port < 0 || argc > 2) {
+        fprintf(help ? stdout : stderr,
                 "usage: port_echo_from_libuv [PORT (1-65535)] | --self-test\n");
-        return 2;
+        return help ? 0 : 2;
     }
     /* The self-test's idle timeout must outlast the busy connection's
      * unread phase (echo_client.h): the client pushes up to ~10 MB while

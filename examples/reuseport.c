@@ -379,11 +379,15 @@ int main(int argc, char **argv) {
     app *a = &the_app;
     int port = argc > 1 ? port_arg(argv[1]) : 7001;
     const char *mode = argc > 2 ? argv[2] : "reuseport";
-    if (port < 0 || argc > 3 ||
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2.
+     */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || port < 0 || argc > 3 ||
         (strcmp(mode, "handoff") != 0 && strcmp(mode, "reuseport") != 0)) {
-        fprintf(stderr, "usage: reuseport [PORT (1-65535) [reuseport|handoff]] "
-                        "| --self-test\n");
-        return 2;
+        fprintf(help ? stdout : stderr,
+                "usage: reuseport [PORT (1-65535) [reuseport|handoff]] "
+                "| --self-test\n");
+        return help ? 0 : 2;
     }
     a->port = (uint16_t)port;
     a->mode = strcmp(mode, "handoff") == 0 ? MODE_HANDOFF : MODE_REUSEPORT;

@@ -231,9 +231,13 @@ int main(int argc, char **argv) {
         else if (strcmp(argv[i], "--no-dedup") == 0)
             dedup = false;
         else {
-            fprintf(stderr, "usage: sim_counter [--seeds N] [--seed S] "
-                            "[--trace] [--no-dedup]\n");
-            return 2;
+            /* --help is asked for: the usage on stdout, exit 0; a mistake:
+             * stderr, 2. */
+            bool help = strcmp(argv[i], "--help") == 0;
+            fprintf(help ? stdout : stderr,
+                    "usage: sim_counter [--seeds N] [--seed S] [--trace] "
+                    "[--no-dedup]\n");
+            return help ? 0 : 2;
         }
     }
     if (seeds > UINT64_MAX - first) {

@@ -80,9 +80,10 @@ struct supervisor {
     uint64_t grace_ns;      /* how long workers get to stop */
     uint64_t backoff_min;   /* the first back-off */
     int restarts;
-    int self_test_after; /* self-test: restarts before SIGTERM; 0 off */
-    bool self_test_sent; /* ... and it was sent */
-    int idle_at_stop;    /* workers between restarts at the shutdown */
+    int self_test_after;   /* self-test: restarts before SIGTERM; 0 off */
+    bool self_test_sent;   /* ... and it was sent */
+    bool self_test_failed; /* a worker could not start: the test fails */
+    int idle_at_stop;      /* workers between restarts at the shutdown */
     int by_term, by_kill, by_other; /* how the workers ended at shutdown */
     bool quiet;                     /* do not print the workers' lines */
 };
@@ -196,6 +197,19 @@ static void start_worker(worker *w) {
                   {.kind = LULL_STDIO_PIPE, .stream = &w->out}, /* bytes */
                   {.kind = LULL_STDIO_DUP, .fd = 1}}};          /* 2>&1 */
     int rc = lull_process_spawn(s->loop, &w->proc, &o, on_exit_cb);
+    if (rc < 0 && s->self_test_after) {
+        /* The self-test waits for every worker to run: one that cannot
+         * start (out of fds: ulimit -n) would keep it retrying for good.
+         * It fails instead, through the shutdown a SIGTERM starts. */
+        fprintf(stderr, "self-test: worker %d could not start: %s\n", w->index,
+                lull_strerror(rc));
+        s->self_test_failed = true;
+        if (!s->self_test_sent) {
+            s->self_test_sent = true;
+            kill(getpid(), SIGTERM);
+        }
+        return;
+    }
     if (rc < 0) {
         fprintf(stderr, "worker %d: %s; retrying\n", w->index,
                 lull_strerror(rc));
@@ -311,10 +325,13 @@ int main(int argc, char **argv) {
         bool digits = *argv[1] >= '0' && *argv[1] <= '9' && !*end;
         s.n = digits && n <= MAX_WORKERS ? (int)n : -1;
     }
-    if (argc > 2 || s.n < 1 || s.n > MAX_WORKERS) {
-        fprintf(stderr, "usage: supervisor [N (1-%d)] | --self-test\n",
-                MAX_WORKERS);
-        return 2;
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2.
+     */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || argc > 2 || s.n < 1 || s.n > MAX_WORKERS) {
+        fprintf(help ? stdout : stderr,
+                "usage: supervisor [N (1-%d)] | --self-test\n", MAX_WORKERS);
+        return help ? 0 : 2;
     }
     s.grace_ns = self_test ? 200 * MS : 2000 * MS;
     s.backoff_min = self_test ? 10 * MS : 100 * MS;
@@ -358,8 +375,8 @@ int main(int argc, char **argv) {
     /* The self-test's own checks: the three quick workers and the one
      * that left a process behind stopped on SIGTERM (unless a quick one
      * happened to be between restarts), the stubborn one only on SIGKILL. */
-    if (self_test && (s.by_term + s.idle_at_stop != 4 || s.by_kill != 1 ||
-                      s.by_other != 0 || s.restarts < 6))
+    if (self_test && (s.self_test_failed || s.by_term + s.idle_at_stop != 4 ||
+                      s.by_kill != 1 || s.by_other != 0 || s.restarts < 6))
         return 1;
     return 0;
 }

@@ -806,7 +806,9 @@ struct lull_endpoint {
 #define LULL_FRAME_MAX_DEFAULT ((size_t)16 << 20)
 /* 64 KiB: a socket's default send buffer order of magnitude; enough for
  * many small frames in flight before a producer is asked to wait. With
- * max_queued set below twice that, an unset mark is half of max_queued. */
+ * max_queued set below twice that, an unset mark is half of max_queued.
+ * A mark set above a max_queued set is refused (-EINVAL) by every
+ * transport's set-up: writable would hold until a send closed the end. */
 #define LULL_HIGH_WATER_DEFAULT ((size_t)64 << 10)
 /* No bound on queued bytes unless max_queued is set: as with a socket's
  * writes in libuv, a producer that ignores lull_endpoint_writable grows the
@@ -963,7 +965,8 @@ LULL_EXTERN bool lull_loopback_pending(const lull_loopback *lb);
  * lull_stream_detach), as its last callback, after every frame was
  * released: the one place to free the stream. It gets 0 for the peer's
  * orderly EOF, else -ECONNRESET, -EPIPE, -ETIMEDOUT (idle_timeout_ns),
- * -EMSGSIZE, -EPROTO or another errno, at once; or the reason given to
+ * -EMSGSIZE, -EPROTO, -EMFILE or -ETOOMANYREFS (passed fds:
+ * lull_stream_take_fds) or another errno, at once; or the reason given to
  * lull_endpoint_close, in a later turn. That closes now:
  * one last write attempt, then what is still queued is released
  * unwritten and the socket is closed (the peer reads EOF); the struct stays
@@ -1180,10 +1183,12 @@ LULL_EXTERN int lull_stream_detach(lull_stream *s);
  * SCM_MAX_FD) attached over a Unix stream socket (SCM_RIGHTS). They are
  * dup'ed: close yours when this returns; lull closes its copies once the
  * frame's first byte is written, or when a close discards it. One
- * allocation per call. 0, or the errors of lull_endpoint_send, and:
- * -EINVAL (nfds out of range, fds NULL, a raw frame of 0 bytes), -EBADF (a
- * number in fds that is not open), -ENOTSUP (not a Unix socket: TCP, a
- * pipe), -EMFILE (no fd left for the copies). */
+ * allocation per call. 0, or, checked in this order: -EINVAL (nfds out of
+ * range, a NULL, bytes NULL with len > 0, a raw frame of 0 bytes), -EPIPE,
+ * -ENOTSUP (not a Unix socket: TCP, a pipe), -EMSGSIZE, -EBUSY (as
+ * lull_endpoint_send), then -EBADF (a number in fds that is not open),
+ * -EMFILE (no fd left for the copies), -ENOMEM, then -ENOBUFS (as
+ * lull_endpoint_send: the stream closes). */
 LULL_EXTERN int lull_stream_send_fds(lull_stream *s, lull_frame *frame,
                                      const int *fds, int nfds);
 /* Inside on_frame of a stream opened with LULL_STREAM_FDS: moves up to max
@@ -1359,8 +1364,9 @@ LULL_EXTERN int lull_udp_local_port(const lull_udp *udp);
  * unconnected socket, a family the socket does not take), -EISCONN (to
  * given on a connected socket), -EMSGSIZE (len > 65507, 65527 to IPv6,
  * or past gso_segment's 64 segments), -EBUSY (the request is in flight),
- * -ENOBUFS (queued + len would pass max_queued), -EPIPE (closed). cb may
- * be NULL. */
+ * -ENOBUFS (queued + len would pass max_queued), -EPIPE (closed); on a
+ * handle with no socket yet, the errno of the socket it makes (-EMFILE,
+ * -ENFILE: nothing is kept). cb may be NULL. */
 LULL_EXTERN int lull_udp_send(lull_udp *udp, lull_datagram *req,
                               const void *bytes, size_t len,
                               const struct sockaddr *to, lull_udp_send_fn cb);

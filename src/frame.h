@@ -62,6 +62,15 @@ void lull__loopback_callbacks_set(lull_endpoint *ep);
  * zero-delay turns, for the transport's own (set by lull_loopback_pair). */
 #define LULL__EP_LOOPBACK_DELAYED 0x40u
 
+/* A transport's options: a high-water mark above a max_queued the caller
+ * set is -EINVAL. lull_endpoint_writable would say yes up to the bound,
+ * and the send past it closes the endpoint, so a producer that waits for
+ * on_drain as it should would lose its connection all the same. 0 for
+ * either is its default: an unset mark follows the bound. */
+static inline bool lull__marks_ok(size_t high_water, size_t max_queued) {
+    return !high_water || !max_queued || high_water <= max_queued;
+}
+
 /* Sets up the shared half of an endpoint: no callbacks, nothing queued,
  * `data` left as it was. Zero limits take the defaults (max_queued: none). */
 void lull__endpoint_init(lull_endpoint *ep, const lull_frame_ops *ops,

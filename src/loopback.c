@@ -639,6 +639,7 @@ int lull_loopback_pair(lull_loop *loop, lull_loopback *a, lull_loopback *b,
     if (!loop || !a || !b || a == b) return -EINVAL;
     if (o->deliver != LULL_DELIVER_TASK && o->deliver != LULL_DELIVER_TIMER)
         return -EINVAL;
+    if (!lull__marks_ok(o->high_water, o->max_queued)) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
     int rc = register_ends(loop, a, b);
     if (rc < 0) return rc;

@@ -1234,6 +1234,7 @@ int lull_simserver_accept(lull_simserver *srv, lull_simconn *p,
     const lull_simconn_options *o = opts ? opts : &defaults;
     if (o->faults && !faults_ok(o->faults)) return -EINVAL;
     if (o->flags & ~LULL_SIMCONN_RAW) return -EINVAL;
+    if (!lull__marks_ok(o->high_water, o->max_queued)) return -EINVAL;
     lull_simconn *c = srv->pending;
     if (!c || c->other) return -ENOENT;
     lull_simnet *net = srv->net;
@@ -1295,6 +1296,7 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
     if (strlen(name) > 24) return -EINVAL;
     if (o->faults && !faults_ok(o->faults)) return -EINVAL;
     if (o->flags & ~LULL_SIMCONN_RAW) return -EINVAL;
+    if (!lull__marks_ok(o->high_water, o->max_queued)) return -EINVAL;
     if (end_live(net, c)) return -EBUSY;
     int rc = end_init(net, c, o); /* keeps ep.data, the caller's */
     if (rc < 0) return rc;

@@ -1700,8 +1700,10 @@ static int setup(lull_loop *loop, lull_stream *s, int fd,
 }
 
 static bool options_ok(const lull_stream_options *o) {
-    return !o || !(o->flags &
-                   ~(LULL_STREAM_RAW | LULL_STREAM_NAGLE | LULL_STREAM_FDS));
+    if (!o) return true;
+    if (o->flags & ~(LULL_STREAM_RAW | LULL_STREAM_NAGLE | LULL_STREAM_FDS))
+        return false;
+    return lull__marks_ok(o->high_water, o->max_queued);
 }
 
 /* LULL_STREAM_FDS asked of a stream that is not one Unix socket. */
@@ -2020,13 +2022,18 @@ void lull__stream_own(lull_stream *s) {
 
 int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,
                          int nfds) {
-    if (!s || !s->loop || !frame || !fds || nfds < 1 || nfds > FDS_MAX)
+    if (!s || !s->loop || !frame || !fds || nfds < 1 || nfds > FDS_MAX ||
+        (!frame->bytes && frame->len))
         return -EINVAL;
+    /* A raw write of no bytes sends nothing, and with it no fds. */
+    if (!framed(s) && frame->len == 0) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(s->loop);
     if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
     if (!(s->state & S_UNIX)) return -ENOTSUP;
-    /* A raw write of no bytes sends nothing, and with it no fds. */
-    if (!framed(s) && frame->len == 0) return -EINVAL;
+    /* lull_endpoint_send's refusals in its order, before any fd is copied:
+     * a frame too long for this stream hears so even while in flight
+     * elsewhere (-EBUSY would have its caller wait, then hear -EMSGSIZE). */
+    if (frame->len > s->ep.max_frame) return -EMSGSIZE;
     if (frame->in_flight) return -EBUSY;
     /* A forked copy drops the parent's queue, its fds with it, before this
      * frame's batch joins them (stream_send would drop that too). */

@@ -1410,6 +1410,8 @@ static bool args_ok(lull_tls *t, lull_tls_ctx *ctx, const lull_tls_options *o,
                     bool server) {
     if (!t || !ctx || ctx->server != server) return false;
     if (o->stream.flags & ~(LULL_STREAM_RAW | LULL_STREAM_NAGLE)) return false;
+    if (!lull__marks_ok(o->stream.high_water, o->stream.max_queued))
+        return false;
     /* A verifying client without a name to check would accept any
      * certificate a trusted CA signed for anyone. */
     if (!server && ctx->verify && !o->server_name) return false;

@@ -618,6 +618,42 @@ TEST(send_fds_hostile_arguments) {
     run_out_free_and_count(loop, before);
 }
 
+/* A send with fds refuses a frame in lull_endpoint_send's order: a frame
+ * in flight elsewhere (here on a loopback end) that is longer than this
+ * stream's max_frame gets -EMSGSIZE, which waiting will not mend, not
+ * -EBUSY, after which a caller waits for the release and then hears
+ * -EMSGSIZE anyway; and no fd is copied for a frame that cannot go. */
+TEST(send_fds_refuses_in_the_order_of_endpoint_send) {
+    int before, loop_fds;
+    lull_loop *loop = counted_loop(&before, &loop_fds);
+    lull_stream a, b;
+    lull_stream_options small = {.max_frame = 4};
+    sp_pair(loop, &a, &b, &small);
+    lull_loopback la, lb;
+    CHECK_EQ(lull_loopback_pair(loop, &la, &lb, NULL), 0);
+    lull_frame f = {.bytes = "too long", .len = 8};
+    CHECK_EQ(lull_endpoint_send(&la.ep, &f), 0); /* in flight there */
+    CHECK(f.in_flight);
+    int one[1] = {0};
+    CHECK_EQ(lull_endpoint_send(&a.ep, &f), -EMSGSIZE);
+    CHECK_EQ(lull_stream_send_fds(&a, &f, one, 1), -EMSGSIZE);
+    /* Bytes NULL with a length: -EINVAL before any copy, as a send. */
+    lull_frame n = {.bytes = NULL, .len = 2};
+    CHECK_EQ(lull_endpoint_send(&a.ep, &n), -EINVAL);
+    CHECK_EQ(lull_stream_send_fds(&a, &n, one, 1), -EINVAL);
+    CHECK(!n.in_flight);
+    CHECK_EQ(fd_count(), before + loop_fds + 2);
+    /* A frame that fits, in flight: -EBUSY. */
+    lull_frame g = {.bytes = "ok", .len = 2};
+    CHECK_EQ(lull_endpoint_send(&la.ep, &g), 0);
+    CHECK_EQ(lull_stream_send_fds(&a, &g, one, 1), -EBUSY);
+    lull_endpoint_close(&la.ep, 0);
+    lull_endpoint_close(&lb.ep, 0);
+    lull_endpoint_close(&a.ep, 0);
+    lull_endpoint_close(&b.ep, 0);
+    run_out_free_and_count(loop, before);
+}
+
 /* SO_PEERCRED: a socketpair's peer is this process; so is a Unix
  * listener's client. */
 static lull_stream g_srv_side;

@@ -2022,7 +2022,9 @@ TEST(max_queued_refuses_and_closes) {
  * unset: a producer that sends only while lull_endpoint_writable says so
  * must never reach max_queued (it was closed with -ENOBUFS at its 164th
  * 100-byte frame of 16 KiB: writable said yes up to 64 KiB). The mark
- * unset is then half of max_queued; one set by the caller is kept. */
+ * unset is then half of max_queued; one set by the caller is kept, up to
+ * max_queued: above it, writable would say yes to a send that closes the
+ * end, and the pair is refused (-EINVAL). */
 TEST(max_queued_alone_keeps_a_writable_producer_open) {
     static unsigned char bytes[100];
     static owned f[400];
@@ -2048,13 +2050,22 @@ TEST(max_queued_alone_keeps_a_writable_producer_open) {
     CHECK_EQ(a.reason, 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 
-    /* A mark the caller set is kept; the smallest bound still lets one
-     * frame through an empty queue. */
+    /* A mark the caller set is kept, up to the bound; the smallest bound
+     * still lets one frame through an empty queue. */
     loop = new_loop(LULL_CLOCK_MONOTONIC);
-    o = (lull_loopback_options){.max_queued = 16 << 10, .high_water = 1 << 20};
+    o = (lull_loopback_options){.max_queued = 16 << 10, .high_water = 12 << 10};
     pair_with(loop, &a, &b, &o);
-    CHECK_EQ(a.lb.ep.high_water, (size_t)1 << 20);
+    CHECK_EQ(a.lb.ep.high_water, (size_t)12 << 10);
     close_both(&a, &b);
+    o = (lull_loopback_options){.max_queued = 16 << 10, .high_water = 16 << 10};
+    pair_with(loop, &a, &b, &o);
+    CHECK_EQ(a.lb.ep.high_water, (size_t)16 << 10);
+    close_both(&a, &b);
+    o = (lull_loopback_options){.max_queued = 16 << 10,
+                                .high_water = (16 << 10) + 1};
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    CHECK_EQ(lull_loopback_pair(loop, &a.lb, &b.lb, &o), -EINVAL);
     o = (lull_loopback_options){.max_queued = 1};
     pair_with(loop, &a, &b, &o);
     CHECK_EQ(a.lb.ep.high_water, (size_t)1);

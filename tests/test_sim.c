@@ -2401,7 +2401,11 @@ static int unknown_flag_accept_rc = 1;
 static void accept_with_unknown_flag(lull_simserver *srv) {
     end_setup(&accepted);
     lull_simconn_options o = {.flags = 0x80000000u};
+    lull_simconn_options above = {.max_queued = 100, .high_water = 101};
     unknown_flag_accept_rc = lull_simserver_accept(srv, &accepted.c, &o);
+    if (unknown_flag_accept_rc == -EINVAL)
+        unknown_flag_accept_rc =
+            lull_simserver_accept(srv, &accepted.c, &above);
 }
 
 TEST(unknown_flags_are_invalid) {
@@ -2420,6 +2424,10 @@ TEST(unknown_flags_are_invalid) {
     end_setup(&cl);
     lull_simconn_options co = {.flags = LULL_SIMCONN_RAW | 0x40u};
     CHECK_EQ(lull_simconn_connect(net, &cl.c, "s", &co, on_connect), -EINVAL);
+    /* Nor a high-water mark above a max_queued set (lull_stream's rule). */
+    lull_simconn_options above = {.max_queued = 100, .high_water = 101};
+    CHECK_EQ(lull_simconn_connect(net, &cl.c, "s", &above, on_connect),
+             -EINVAL);
     client_connect(net, &cl, "s", NULL);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
     CHECK_EQ(unknown_flag_accept_rc, -EINVAL);

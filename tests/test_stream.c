@@ -2854,6 +2854,42 @@ TEST(argument_errors) {
     free_loop(loop);
 }
 
+/* A high-water mark above the max_queued a caller set is -EINVAL: the
+ * stream would stay writable until a send past the bound closed it, so a
+ * producer that waits for on_drain, as it should, would lose its
+ * connection all the same. A mark at the bound is fine; an unset mark
+ * follows the bound (half of it), whatever the bound. Refused before any
+ * socket is made; an fd given to open is the stream's, closed, as on any
+ * failure there. */
+TEST(high_water_above_max_queued_is_refused) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    lull_stream s;
+    lull_server srv;
+    lull_stream_options above = {.max_queued = 100, .high_water = 101};
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], &above), -EINVAL);
+    CHECK_EQ(fcntl(sv[0], F_GETFD), -1);
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &s, "127.0.0.1", 1, &above, NULL),
+             -EINVAL);
+    CHECK_EQ(lull_stream_connect_unix(loop, &s, "@lull-nobody", &above, NULL),
+             -EINVAL);
+    CHECK_EQ(lull_server_listen_tcp(loop, &srv, "127.0.0.1", 0, 0, accept_one),
+             0);
+    CHECK_EQ(lull_server_accept(&srv, &s, &above), -EINVAL);
+    lull_server_close(&srv);
+    lull_stream_options at = {.max_queued = 100, .high_water = 100};
+    CHECK_EQ(lull_stream_open(loop, &s, sv[0], &at), 0);
+    CHECK_EQ(s.ep.high_water, 100u);
+    lull_endpoint_close(&s.ep, 0);
+    lull_stream_options unset = {.max_queued = 100};
+    CHECK_EQ(lull_stream_open(loop, &s, sv[1], &unset), 0);
+    CHECK_EQ(s.ep.high_water, 50u);
+    lull_endpoint_close(&s.ep, 0);
+    free_loop(loop);
+}
+
 /* --------------------------------------------------------- hostile user */
 
 /* A max_frame beyond what a 4-byte length can say (SIZE_MAX here) is the
@@ -4018,8 +4054,7 @@ static void answer_frame(lull_endpoint *ep, const void *b, size_t n) {
 TEST(max_queued_refusal_stops_delivering_the_batch_behind_it) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
-    lull_stream_options oa = {.max_queued = 100,
-                              .high_water = LULL_HIGH_WATER_DEFAULT};
+    lull_stream_options oa = {.max_queued = 100, .high_water = 100};
     counters(loop, &a, &b, &oa, NULL);
     lull_endpoint_set_callbacks(&a.s.ep, answer_frame, NULL, count_close);
     CHECK_EQ(lull_stream_read_stop(&b.s), 0); /* b reads no reply */
@@ -4042,8 +4077,7 @@ TEST(max_queued_refusal_stops_delivering_the_batch_behind_it) {
 TEST(max_queued_copy_then_local_close) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
-    lull_stream_options oa = {.max_queued = 100,
-                              .high_water = LULL_HIGH_WATER_DEFAULT};
+    lull_stream_options oa = {.max_queued = 100, .high_water = 100};
     counters(loop, &a, &b, &oa, NULL);
     char buf[60] = {0};
     CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, buf, sizeof buf), 0);
@@ -4064,8 +4098,7 @@ TEST(max_queued_copy_then_local_close) {
 TEST(max_queued_refusal_still_writes_what_was_accepted) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
     counter a, b;
-    lull_stream_options oa = {.max_queued = 100,
-                              .high_water = LULL_HIGH_WATER_DEFAULT};
+    lull_stream_options oa = {.max_queued = 100, .high_water = 100};
     counters(loop, &a, &b, &oa, NULL);
     g_released = 0;
     static char buf[60];

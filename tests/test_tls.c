@@ -3903,6 +3903,12 @@ TEST(argument_edges) {
     lull_tls_options unknown = {.server_name = "localhost",
                                 .stream.flags = 0x80000000u};
     CHECK_EQ(lull_tls_connect_unix(loop, &t, cctx, "@x", &unknown), -EINVAL);
+    lull_tls_options above = {.server_name = "localhost",
+                              .stream.max_queued = 100,
+                              .stream.high_water = 101};
+    /* (a path a good set-up below connects to: refused for the marks) */
+    CHECK_EQ(lull_tls_connect_unix(loop, &t, cctx, "@lull-tls-nobody", &above),
+             -EINVAL);
     CHECK_EQ(lull_tls_open(loop, &t, cctx, 1 << 20, &g_client_opts), -EBADF);
     /* Nothing held: a good set-up of the same struct goes through. */
     end c;
