@@ -327,7 +327,7 @@ static void verdict(const lab_fig *fig, const unit *u) {
     if ((v = lab_verdict_add("loopback", 0)) && task && timer0) {
         double x = ratio(timer0, task);
         v->timing = true;
-        snprintf(v->what, sizeof v->what, "commits: zero-delay %s× task",
+        snprintf(v->what, sizeof v->what, "a commit: zero-delay %s× task",
                  lab_fmt3(a, x));
         snprintf(v->target, sizeof v->target, "≤ 1.2× task");
         const lab_row *ev = find_row(fig, "libevent", "active");
@@ -485,7 +485,7 @@ const lab_scenario lab_loopback = {
     "libuv, libev, libevent",
     run_loopback,
     "loopback: the zero-delay timer beside a posted task, a frame a turn; "
-    "floor: the same, no loop",
+    "a commit: a request and its ACK",
     "C6 loopback",
     NULL,
     false,

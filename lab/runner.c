@@ -641,8 +641,8 @@ const lab_scenario lab_runner = {
     "parent's transport delivers them, polling every 5 ms vs woken by the "
     "commit; lull beside Node",
     run_runner,
-    "runner: the polling pump on processes, each session's runner commits, "
-    "a transport polls or is woken",
+    "runner: the polling pump on processes: runners write events, a "
+    "transport polls or is woken",
     "runner",
     runner_headings,
     false,

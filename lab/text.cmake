@@ -38,7 +38,7 @@ endfunction()
 # a noisy miss, which only docs/BENCHMARKS.md defined. Plain words only:
 # each is used in a regular expression as it is.
 set(LAB_LEGEND_TERMS "floor" "floor-bound" "× per round" "p50" "p99" "µs/s"
-  "hop" "same policy" "noisy")
+  "hop" "same policy" "noisy" "commit")
 
 # The terms of LAB_LEGEND_TERMS that lines (a list, lab_lines) use before
 # defining, as "term: first line using it" items in out.
