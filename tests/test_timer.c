@@ -1955,6 +1955,40 @@ TEST(stopped_timer_forgets_its_overrun_before_firing_again) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The overrun entry of a zero-delay repeating timer whose period expired
+ * while its turn was still queued is never taken (a turn has no
+ * deadline); it goes when the due list drains, so the timer's next fire
+ * from the heap stands for its own period alone. (Kept, the entry was
+ * taken by that fire: two periods, and the turn's deadline.) */
+static int turn_then_due_fires;
+static uint64_t turn_then_due_overrun, turn_then_due_deadline;
+static void note_turn_then_due(lull_timer *t) {
+    if (turn_then_due_fires++ == 0) return; /* the turn */
+    turn_then_due_overrun = lull_timer_overrun(t);
+    turn_then_due_deadline = lull_timer_fire_deadline(t);
+    lull_timer_stop(t);
+}
+
+TEST(entry_of_a_queued_turn_is_not_taken_by_its_next_fire) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer t;
+    lull_timer_init(loop, &t, note_turn_then_due);
+    turn_then_due_fires = 0;
+    lull_timer_start(&t, 0, 2 * MS); /* a turn now, then every 2 ms */
+    fake_clock.ns = 1002 * MS;       /* expiry finds the turn queued */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(turn_then_due_fires, 1);
+    fake_clock.ns = 1004 * MS;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(turn_then_due_fires, 2);
+    CHECK_U64_EQ(turn_then_due_overrun, 1);
+    CHECK_U64_EQ(turn_then_due_deadline, 1004 * MS);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_timer_init on an armed timer (its memory may be anything before its
  * first init, so the init cannot look) clears the heap position and links
  * its loop still holds: debug builds stop before the loop follows them,
