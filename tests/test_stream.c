@@ -1018,6 +1018,25 @@ TEST(not_writable_at_exactly_high_water) {
     free(got);
 }
 
+/* A send that brings the queue to high_water exactly writes at once,
+ * inside the send (lull.h: "at once when the queue reaches high_water"),
+ * as one past it does (a framed frame costs its header too: 4 bytes
+ * cost 8 of a high_water of 8). */
+TEST(send_reaching_high_water_exactly_writes_at_once) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options o = {.high_water = 8};
+    counters(loop, &a, &b, &o, NULL);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "abc", 3), 0); /* 7: below */
+    CHECK_U64_EQ(a.s.bytes_written, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0); /* the flush point */
+    CHECK_U64_EQ(a.s.bytes_written, 7);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "abcd", 4), 0); /* 8: at it */
+    CHECK_U64_EQ(a.s.bytes_written, 15);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 TEST(one_raw_frame_to_a_gone_reader_ends_the_write_side) {
     counter w;
     int peer;
@@ -1355,6 +1374,24 @@ TEST(bad_frames_close_only_their_connection) {
     close(fd_cut);
     close_pair(loop, &good, &good_peer);
     CHECK_EQ(big.closes + cut.closes, 2); /* closing others: none again */
+    free_loop(loop);
+}
+
+/* Any part of a frame cut by the peer's EOF is a frame cut short, down
+ * to one byte of its header: -EPROTO, not an orderly close that would
+ * pass the lost frame off as never sent. */
+TEST(one_byte_of_a_header_then_eof_is_a_frame_cut_short) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    CHECK_EQ(write(peer, "\0", 1), 1);
+    shutdown(peer, SHUT_WR);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -EPROTO);
+    CHECK_EQ(c.frames, 0);
+    close(peer);
     free_loop(loop);
 }
 
