@@ -1083,6 +1083,28 @@ TEST(gso_send_arrives_as_datagrams) {
     segmented(false);
 }
 
+/* A gso_segment longer than one datagram may carry cuts nothing: a send
+ * is still refused past one datagram's 65507 bytes, at the call, as the
+ * header says, not accepted to fail with the kernel's -EMSGSIZE in its
+ * callback. */
+TEST(gso_segment_past_one_datagram_refuses_past_one_datagram) {
+    lull_loop *loop = new_loop();
+    lull_udp_options so = {.gso_segment = 100000};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[70000];
+    static lull_datagram d;
+    struct sockaddr_in to = v4(9);
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
+        -EMSGSIZE);
+    CHECK_EQ(lull_udp_send(&tx, &d, big, 65508, (struct sockaddr *)&to, NULL),
+             -EMSGSIZE);
+    lull_udp_close(&tx, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* A GSO send within 64 segments but longer than one IP packet holds
  * (50 x 1400 = 70000 > 65507): lull_udp_send takes it, as the header
  * promises, so it must leave as its 50 datagrams, not fail with the
