@@ -1395,6 +1395,38 @@ TEST(one_byte_of_a_header_then_eof_is_a_frame_cut_short) {
     free_loop(loop);
 }
 
+/* Paused on a frame with the next one buffered whole, and that one empty
+ * (its header alone): the resume delivers it in a later turn, with
+ * nothing more to come from the peer. */
+static void count_and_pause(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    CHECK_EQ(lull_stream_read_stop(&counter_of(ep)->s), 0);
+}
+
+TEST(resume_delivers_a_buffered_empty_frame) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    lull_endpoint_set_callbacks(&c.s.ep, count_and_pause, count_drain,
+                                count_close);
+    static const unsigned char two_empty[8] = {0};
+    CHECK_EQ(write(peer, two_empty, sizeof two_empty), 8);
+    for (int i = 0; i < 20 && c.frames < 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.frames, 1);
+    CHECK_EQ(lull_stream_read_start(&c.s), 0);
+    for (int i = 0; i < 20 && c.frames < 2; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.frames, 2);
+    CHECK_EQ(c.bytes, 0);
+    close(peer);
+    CHECK_EQ(lull_stream_read_start(&c.s), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* EOF closes it */
+    CHECK_EQ(c.closes, 1);
+    free_loop(loop);
+}
+
 static int refused_port(void) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET,
