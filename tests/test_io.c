@@ -673,6 +673,33 @@ TEST(unref_io_does_not_keep_loop_alive) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* lull_io_unref and lull_io_ref on a stopped watcher change only what its
+ * next start counts: a watcher unreferenced before its start never keeps
+ * the loop alive, and one referenced again while stopped keeps it alive
+ * only while started. (Counting the stopped watcher's change as well left
+ * the loop's reference count one below zero, and every later run alive.) */
+TEST(ref_and_unref_of_a_stopped_watcher_count_from_its_start) {
+    lull_loop *loop = new_loop();
+    watch w;
+    make_pipe(&w);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.rfd, read_and_stop), 0);
+    lull_io_unref(&w.io);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(w.calls, 0);
+    lull_io_stop(&w.io);
+    lull_io_ref(&w.io);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_io_start(&w.io, LULL_READABLE), 0);
+    CHECK(lull_loop_alive(loop));
+    lull_io_stop(&w.io);
+    CHECK(!lull_loop_alive(loop));
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* The writer closes: the reader's callback sees LULL_HANGUP. */
 TEST(hangup_reported) {
     lull_loop *loop = new_loop();

@@ -245,6 +245,81 @@ TEST(stop_from_repeating_timer) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A stop deep in a batch of ready tasks, where the loop reads the clock
+ * only every few callbacks (its stride has grown): the run still ends
+ * after the callback in progress, not at the stride's next reading. */
+static int stride_ran;
+static void count_and_stop_at_500(lull_task *t) {
+    (void)t;
+    if (++stride_ran == 500) lull_loop_stop(the_loop);
+}
+
+TEST(stop_ends_run_after_callback_in_progress_mid_stride) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    static lull_task many[1000];
+    stride_ran = 0;
+    for (int i = 0; i < 1000; i++) {
+        lull_task_init(&many[i], count_and_stop_at_500);
+        lull_task_post(loop, &many[i]);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(stride_ran, 500);
+    CHECK(lull_task_pending(&many[500]));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(stride_ran, 1000);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A stop from a timer's callback skips the rest of the iteration: a task
+ * it posted waits for the next run. */
+static item *posted_by_timer;
+static void post_then_stop(lull_timer *t) {
+    (void)t;
+    lull_task_post(the_loop, &posted_by_timer->task);
+    lull_loop_stop(the_loop);
+}
+
+TEST(stop_from_timer_leaves_the_ready_tasks_queued) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[1];
+    items_init(v, 1);
+    posted_by_timer = &v[0];
+    lull_timer t;
+    lull_timer_init(loop, &t, post_then_stop);
+    lull_timer_start(&t, 10, 0);
+    lull_loop_advance(loop, 10);
+    CHECK_EQ(runs[0], 0);
+    CHECK(lull_task_pending(&v[0].task));
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* lull_loop_advance stops early on lull_loop_stop: the clock stays at the
+ * deadline of the timer that stopped it, and a later one is not fired. */
+static void stop_advance(lull_timer *t) {
+    (void)t;
+    lull_loop_stop(the_loop);
+}
+
+TEST(advance_stopped_early_leaves_the_clock_at_the_stop) {
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    item v[1];
+    items_init(v, 1);
+    lull_timer stopper;
+    lull_timer_init(loop, &stopper, stop_advance);
+    lull_timer_start(&stopper, 10, 0);
+    lull_timer_start(&v[0].timer, 20, 0);
+    lull_loop_advance(loop, 100);
+    CHECK_U64_EQ(lull_loop_now(loop), 10);
+    CHECK_EQ(runs[0], 0);
+    CHECK(lull_timer_active(&v[0].timer));
+    lull_loop_advance(loop, 90); /* to 100, as asked before */
+    CHECK_U64_EQ(lull_loop_now(loop), 100);
+    CHECK_EQ(runs[0], 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(stop_outside_run_is_noop) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
     item v[3];

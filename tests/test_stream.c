@@ -593,6 +593,35 @@ TEST(resent_frame_shorter_than_written_closes) {
     free_loop(loop);
 }
 
+/* The same for a frame written already inside the send that reached
+ * high_water, not yet released (it waits on the written list for the
+ * next flush point): rewritten and sent again, it is that list's last
+ * frame. Linked into the queue as well, it was written twice and
+ * released twice, and the stream stayed open. */
+static void send_rewritten_written(lull_task *t) {
+    (void)t;
+    static lull_frame f;
+    static const char bytes[4] = "abc";
+    f = (lull_frame){.bytes = bytes, .len = 4, .release = count_resent};
+    CHECK_EQ(lull_endpoint_send(&g_a->s.ep, &f), 0);
+    CHECK_U64_EQ(g_a->s.bytes_written, 8); /* header and bytes, in the send */
+    f = (lull_frame){.bytes = bytes, .len = 4, .release = count_resent};
+    (void)lull_endpoint_send(&g_a->s.ep, &f);
+}
+
+TEST(resent_written_frame_closes_with_ebusy) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options o = {.high_water = 4};
+    counters(loop, &a, &b, &o, NULL);
+    g_a = &a;
+    resent_releases = 0;
+    resend_closes_with_ebusy(loop, &a, send_rewritten_written);
+    CHECK_U64_EQ(a.s.bytes_written, 8); /* written once */
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 /* Replies written by fd callbacks leave after the fd phase, one writev per
  * stream however many callbacks wrote. */
 static void reply_three(lull_endpoint *ep, const void *b, size_t n) {
@@ -989,6 +1018,25 @@ TEST(not_writable_at_exactly_high_water) {
     free(got);
 }
 
+/* A send that brings the queue to high_water exactly writes at once,
+ * inside the send (lull.h: "at once when the queue reaches high_water"),
+ * as one past it does (a framed frame costs its header too: 4 bytes
+ * cost 8 of a high_water of 8). */
+TEST(send_reaching_high_water_exactly_writes_at_once) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter a, b;
+    lull_stream_options o = {.high_water = 8};
+    counters(loop, &a, &b, &o, NULL);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "abc", 3), 0); /* 7: below */
+    CHECK_U64_EQ(a.s.bytes_written, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0); /* the flush point */
+    CHECK_U64_EQ(a.s.bytes_written, 7);
+    CHECK_EQ(lull_endpoint_send_copy(&a.s.ep, "abcd", 4), 0); /* 8: at it */
+    CHECK_U64_EQ(a.s.bytes_written, 15);
+    close_pair(loop, &a, &b);
+    free_loop(loop);
+}
+
 TEST(one_raw_frame_to_a_gone_reader_ends_the_write_side) {
     counter w;
     int peer;
@@ -1326,6 +1374,56 @@ TEST(bad_frames_close_only_their_connection) {
     close(fd_cut);
     close_pair(loop, &good, &good_peer);
     CHECK_EQ(big.closes + cut.closes, 2); /* closing others: none again */
+    free_loop(loop);
+}
+
+/* Any part of a frame cut by the peer's EOF is a frame cut short, down
+ * to one byte of its header: -EPROTO, not an orderly close that would
+ * pass the lost frame off as never sent. */
+TEST(one_byte_of_a_header_then_eof_is_a_frame_cut_short) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    CHECK_EQ(write(peer, "\0", 1), 1);
+    shutdown(peer, SHUT_WR);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -EPROTO);
+    CHECK_EQ(c.frames, 0);
+    close(peer);
+    free_loop(loop);
+}
+
+/* Paused on a frame with the next one buffered whole, and that one empty
+ * (its header alone): the resume delivers it in a later turn, with
+ * nothing more to come from the peer. */
+static void count_and_pause(lull_endpoint *ep, const void *b, size_t n) {
+    count_frame(ep, b, n);
+    CHECK_EQ(lull_stream_read_stop(&counter_of(ep)->s), 0);
+}
+
+TEST(resume_delivers_a_buffered_empty_frame) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    lull_endpoint_set_callbacks(&c.s.ep, count_and_pause, count_drain,
+                                count_close);
+    static const unsigned char two_empty[8] = {0};
+    CHECK_EQ(write(peer, two_empty, sizeof two_empty), 8);
+    for (int i = 0; i < 20 && c.frames < 1; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.frames, 1);
+    CHECK_EQ(lull_stream_read_start(&c.s), 0);
+    for (int i = 0; i < 20 && c.frames < 2; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.frames, 2);
+    CHECK_EQ(c.bytes, 0);
+    close(peer);
+    CHECK_EQ(lull_stream_read_start(&c.s), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* EOF closes it */
+    CHECK_EQ(c.closes, 1);
     free_loop(loop);
 }
 
@@ -3021,6 +3119,33 @@ TEST(header_alone_does_not_reserve_the_frame) {
     free_loop(loop);
 }
 
+/* A read that fills the buffer to its last byte with a frame and the
+ * start of the next one's header: the next read first moves that start
+ * to the front (there is room then), or it would find no room, read
+ * nothing, and the fd would stay readable for ever with the frame never
+ * delivered. */
+TEST(header_cut_at_the_end_of_a_full_buffer_is_read_on) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    lull_stream_options o = {.read_size = 64};
+    raw_peer(loop, &c, &peer, &o);
+    unsigned char wire[4 + 58 + 4 + 10] = {0};
+    uint32_t n1 = htonl(58), n2 = htonl(10);
+    memcpy(wire, &n1, 4);      /* frame 1: bytes 0 .. 61 */
+    memcpy(wire + 62, &n2, 4); /* frame 2's header: 62 .. 65 */
+    CHECK_EQ(write(peer, wire, sizeof wire), (ssize_t)sizeof wire);
+    for (int i = 0; i < 20 && c.frames < 2; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.frames, 2);
+    CHECK_EQ(c.bytes, 68);
+    CHECK_EQ(c.closes, 0);
+    close(peer);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* EOF closes it */
+    CHECK_EQ(c.closes, 1);
+    free_loop(loop);
+}
+
 /* A read buffer grown for one big frame went back to its set-up size once
  * it emptied: it held the frame's size for the stream's life, so a server
  * whose 10,000 idle connections each once took a 64 MiB request held all
@@ -4591,6 +4716,28 @@ TEST(fd_closed_behind_then_written_closes_the_stream) {
         close(peer);
         free_loop(loop);
     }
+}
+
+/* The same when the closed number was taken at once by a file (here with
+ * dup2, as a program's next open would take it): the write says ENOTSOCK,
+ * and the stream closes with it rather than wait for a read that cannot
+ * come. */
+TEST(fd_reused_by_a_file_then_written_closes_the_stream) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    counter c;
+    int peer;
+    raw_peer(loop, &c, &peer, NULL);
+    int file = open("/dev/null", O_WRONLY | O_CLOEXEC);
+    CHECK(file >= 0);
+    CHECK(dup2(file, lull_stream_fd(&c.s)) >= 0); /* the socket is gone */
+    CHECK_EQ(lull_endpoint_send_copy(&c.s.ep, "abcdefgh", 8), 0);
+    for (int i = 0; i < 20 && !c.closes; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(c.closes, 1);
+    CHECK_EQ(c.reason, -ENOTSOCK);
+    close(file);
+    close(peer);
+    free_loop(loop);
 }
 
 /* A stream or server that holds no started watcher is still open: a paused

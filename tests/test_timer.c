@@ -1877,6 +1877,118 @@ TEST(repeat_seen_exactly_one_period_late_stays_armed) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A repeating fire left waiting in the due list by lull_loop_stop, while
+ * three more periods expire, stands for them all, and its
+ * lull_timer_fire_deadline is still the deadline it was queued for (the
+ * first of the four), not the one expiry found it at. On the fake clock:
+ * overrun_of_a_fire_left_waiting_by_lull_stop checks the same on the real
+ * clock, where the run may find the probe not yet due and the check then
+ * passes whatever the deadline kept. */
+static uint64_t waited_overrun, waited_fire_deadline;
+static int waited_fires;
+static void note_waited(lull_timer *t) {
+    waited_fires++;
+    waited_overrun = lull_timer_overrun(t);
+    waited_fire_deadline = lull_timer_fire_deadline(t);
+    lull_timer_stop(t);
+}
+
+TEST(fire_left_waiting_keeps_the_deadline_it_was_queued_for) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer stopper, t;
+    lull_timer_init(loop, &stopper, stop_the_run);
+    lull_timer_init(loop, &t, note_waited);
+    waited_fires = 0;
+    lull_timer_start(&stopper, 2 * MS, 0); /* first: arm order */
+    lull_timer_start(&t, 2 * MS, 2 * MS);
+    fake_clock.ns = 1002 * MS;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(waited_fires, 0); /* due, waiting behind the stop */
+    fake_clock.ns = 1008 * MS; /* 1004, 1006 and 1008 expire too */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(waited_fires, 1);
+    CHECK_U64_EQ(waited_overrun, 4);
+    CHECK_U64_EQ(waited_fire_deadline, 1002 * MS);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A timer stopped while its late fire waits in the due list loses that
+ * fire's overrun entry: re-armed, and due again while the entry's batch
+ * has not drained (lull_loop_stop left a timer in it), its next fire
+ * stands for one period, not for the late fire's stale count. */
+static lull_timer *stale_victim;
+static void stop_victim_and_run(lull_timer *t) {
+    (void)t;
+    lull_timer_stop(stale_victim);
+    lull_loop_stop(the_loop);
+}
+
+TEST(stopped_timer_forgets_its_overrun_before_firing_again) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer stopper, late, other;
+    lull_timer_init(loop, &stopper, stop_victim_and_run);
+    lull_timer_init(loop, &late, note_waited);
+    lull_timer_init(loop, &other, note_fire);
+    stale_victim = &late;
+    waited_fires = 0;
+    lull_timer_start(&stopper, 1 * MS, 0);
+    lull_timer_start(&late, 2 * MS, 2 * MS);
+    lull_timer_start(&other, 3 * MS, 0);
+    /* late's first fire stands for 1002, 1004 and 1006: an entry. */
+    fake_clock.ns = 1006 * MS;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK(!lull_timer_active(&late));
+    CHECK(lull_timer_active(&other)); /* still in the due list */
+    lull_timer_start(&late, 1 * MS, 0);
+    fake_clock.ns = 1007 * MS;
+    /* Expiry queues late behind other; both run in this batch. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(waited_fires, 1);
+    CHECK_U64_EQ(waited_overrun, 1);
+    CHECK(!lull_timer_active(&other));
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* The overrun entry of a zero-delay repeating timer whose period expired
+ * while its turn was still queued is never taken (a turn has no
+ * deadline); it goes when the due list drains, so the timer's next fire
+ * from the heap stands for its own period alone. (Kept, the entry was
+ * taken by that fire: two periods, and the turn's deadline.) */
+static int turn_then_due_fires;
+static uint64_t turn_then_due_overrun, turn_then_due_deadline;
+static void note_turn_then_due(lull_timer *t) {
+    if (turn_then_due_fires++ == 0) return; /* the turn */
+    turn_then_due_overrun = lull_timer_overrun(t);
+    turn_then_due_deadline = lull_timer_fire_deadline(t);
+    lull_timer_stop(t);
+}
+
+TEST(entry_of_a_queued_turn_is_not_taken_by_its_next_fire) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_timer t;
+    lull_timer_init(loop, &t, note_turn_then_due);
+    turn_then_due_fires = 0;
+    lull_timer_start(&t, 0, 2 * MS); /* a turn now, then every 2 ms */
+    fake_clock.ns = 1002 * MS;       /* expiry finds the turn queued */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(turn_then_due_fires, 1);
+    fake_clock.ns = 1004 * MS;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(turn_then_due_fires, 2);
+    CHECK_U64_EQ(turn_then_due_overrun, 1);
+    CHECK_U64_EQ(turn_then_due_deadline, 1004 * MS);
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_timer_init on an armed timer (its memory may be anything before its
  * first init, so the init cannot look) clears the heap position and links
  * its loop still holds: debug builds stop before the loop follows them,

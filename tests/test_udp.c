@@ -594,6 +594,34 @@ TEST(fd_closed_behind_a_receiving_handle) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The same with the closed number taken at once by a file (dup2 here, as
+ * a program's next open would take it): every read of it says ENOTSOCK,
+ * reported once, and the receiving ends. */
+TEST(fd_reused_by_a_file_behind_a_receiving_handle) {
+    lull_loop *loop = new_loop();
+    rx r;
+    rx_bind(loop, &r, NULL);
+    struct sockaddr_in to = v4(lull_udp_local_port(&r.udp));
+    int tx = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(tx >= 0);
+    int keep = dup(r.udp.io.fd);
+    CHECK(keep >= 0);
+    int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    CHECK(file >= 0);
+    CHECK(dup2(file, r.udp.io.fd) >= 0); /* the user's mistake */
+    CHECK_EQ(sendto(tx, "x", 1, 0, (struct sockaddr *)&to, sizeof to), 1);
+    CHECK(polls_in(loop, 20) < 10);
+    CHECK_EQ(r.errors, 1);
+    CHECK_EQ(r.last_error, -ENOTSOCK);
+    CHECK_EQ(r.count, 0);
+    lull_udp_close(&r.udp, NULL); /* closes the file's number */
+    close(file);
+    close(tx);
+    close(keep);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* The socket's read side shut down behind a receiving handle (by a
  * holder of the fd, a forked child's copy, a failed shutdown of an
  * unconnected socket alike): the kernel reports it readable for ever, with
@@ -1081,6 +1109,28 @@ static void segmented(bool gro) {
 
 TEST(gso_send_arrives_as_datagrams) {
     segmented(false);
+}
+
+/* A gso_segment longer than one datagram may carry cuts nothing: a send
+ * is still refused past one datagram's 65507 bytes, at the call, as the
+ * header says, not accepted to fail with the kernel's -EMSGSIZE in its
+ * callback. */
+TEST(gso_segment_past_one_datagram_refuses_past_one_datagram) {
+    lull_loop *loop = new_loop();
+    lull_udp_options so = {.gso_segment = 100000};
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, &so), 0);
+    static unsigned char big[70000];
+    static lull_datagram d;
+    struct sockaddr_in to = v4(9);
+    CHECK_EQ(
+        lull_udp_send(&tx, &d, big, sizeof big, (struct sockaddr *)&to, NULL),
+        -EMSGSIZE);
+    CHECK_EQ(lull_udp_send(&tx, &d, big, 65508, (struct sockaddr *)&to, NULL),
+             -EMSGSIZE);
+    lull_udp_close(&tx, NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 /* A GSO send within 64 segments but longer than one IP packet holds
