@@ -30,6 +30,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "self_test_fds.h"
+
 #define WORKERS 2
 #define CLIENTS 6
 
@@ -242,26 +244,6 @@ static void client_connected(lull_stream *s, int status) {
     lull_endpoint_send_copy(&s->ep, c->msg, c->want);
 }
 
-/* The self-test's parent holds its CLIENTS sockets and, until each is
- * handed over, the one accepted for it, beside the loop's, the listener's
- * and two per worker: with fewer fds allowed its last accept would wait
- * for an fd its own clients hold, for good. It raises the soft limit to
- * the hard one, or says what it needs. */
-static bool enough_fds(void) {
-    rlim_t need = 2 * CLIENTS + 2 * WORKERS + 16;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return true;
-    if (rl.rlim_max >= need) {
-        rl.rlim_cur = need;
-        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return true;
-    }
-    fprintf(stderr,
-            "prefork: the self-test needs %llu fds; RLIMIT_NOFILE is %llu "
-            "(ulimit -n)\n",
-            (unsigned long long)need, (unsigned long long)rl.rlim_cur);
-    return false;
-}
-
 /* A port from the command line: digits only, 1-65535 (atoi read "abc"
  * as 0, a port the kernel picks, and wrapped 70000 to 4464); -1 if not. */
 static int port_arg(const char *s) {
@@ -283,7 +265,11 @@ int main(int argc, char **argv) {
                 "usage: prefork [PORT (1-65535)] | --self-test\n");
         return help ? 0 : 2;
     }
-    if (self_test && !enough_fds()) return 1;
+    /* The self-test's parent holds its CLIENTS sockets and, until each is
+     * handed over, the one accepted for it, beside the loop's, the
+     * listener's and two per worker. */
+    if (self_test && !self_test_fds("prefork", 2 * CLIENTS + 2 * WORKERS + 16))
+        return 1;
     lull_loop *loop;
     if (lull_loop_new(&loop, NULL) < 0) return 1;
     int rc = lull_server_listen_tcp(loop, &server, "127.0.0.1", port, 0,

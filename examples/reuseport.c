@@ -43,6 +43,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "self_test_fds.h"
+
 #define MAX_LOOPS 64
 
 enum { MODE_REUSEPORT, MODE_HANDOFF };
@@ -303,24 +305,6 @@ static bool echo_all(uint16_t port) {
     return ok;
 }
 
-/* The self-test holds CONNS client sockets and as many accepted ones,
- * beside the loops' own: with fewer fds allowed it would fail half-way,
- * so it raises the soft limit to the hard one, or says what it needs. */
-static bool enough_fds(void) {
-    rlim_t need = 2 * CONNS + 64;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= need) return true;
-    if (rl.rlim_max >= need) {
-        rl.rlim_cur = need;
-        if (setrlimit(RLIMIT_NOFILE, &rl) == 0) return true;
-    }
-    fprintf(stderr,
-            "reuseport: the self-test needs %llu fds; RLIMIT_NOFILE is %llu "
-            "(ulimit -n)\n",
-            (unsigned long long)need, (unsigned long long)rl.rlim_max);
-    return false;
-}
-
 static bool self_test(int mode) {
     app *a = &the_app;
     a->mode = mode;
@@ -368,7 +352,8 @@ int main(int argc, char **argv) {
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
 
     if (argc > 1 && strcmp(argv[1], "--self-test") == 0) {
-        if (!enough_fds()) return 1;
+        /* CONNS client sockets and as many accepted, beside the loops'. */
+        if (!self_test_fds("reuseport", 2 * CONNS + 64)) return 1;
         bool ok = self_test(MODE_REUSEPORT);
         ok = self_test(MODE_HANDOFF) && ok;
         printf("self-test: %s\n", ok ? "every connection echoed, every loop "
