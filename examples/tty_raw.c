@@ -14,6 +14,7 @@
 #include <fcntl.h>
 #include <lull.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,9 +134,16 @@ static int self_test(void) {
 }
 
 int main(int argc, char **argv) {
+    bool testing = argc == 2 && strcmp(argv[1], "--self-test") == 0;
+    /* --help is asked for: the usage on stdout, exit 0; a mistake: stderr, 2
+     * (ignored, a word put the terminal in raw mode all the same). */
+    bool help = argc == 2 && strcmp(argv[1], "--help") == 0;
+    if (help || (argc > 1 && !testing)) {
+        fprintf(help ? stdout : stderr, "usage: tty_raw [--self-test]\n");
+        return help ? 0 : 2;
+    }
     /* Before any thread: every thread must block a watched signal. */
     lull_signal_block(SIGWINCH);
-    if ((argc > 1 && strcmp(argv[1], "--self-test") == 0) || !isatty(0))
-        return self_test();
+    if (testing || !isatty(0)) return self_test();
     return run(0, -1);
 }

@@ -2015,7 +2015,8 @@ typedef struct lull_stdio { /* all zero = inherit */
  * KILL_ON_CLOSE: lull_process_close sends SIGKILL. SETUID, SETGID: the
  * child takes uid, gid (and with either, the groups below) before exec;
  * not permitted is the spawn's -EPERM. The parent stays dumpable (core
- * dumps, its /proc files, ptrace) as it was; such spawns go one at a time,
+ * dumps, its /proc files, ptrace) as it was, unless it changed its own
+ * ids meanwhile (another thread's setuid); such spawns go one at a time,
  * and a fork() waits for one in flight. CONTROLLING_TTY: a new session
  * (implies NEW_SESSION) whose controlling terminal is the child's fd 0, a
  * terminal such as a pty's slave given as LULL_STDIO_FD (TIOCSCTTY; not a

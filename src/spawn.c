@@ -389,7 +389,12 @@ static int child_main(void *arg) {
  * made with the flag cleared. A flag of 2 (SUID_DUMP_ROOT, the parent's
  * own id change) cannot be set by prctl and is left as the kernel makes
  * it. A PR_SET_DUMPABLE another thread makes during such a spawn may be
- * undone by its restore: the flag read before the clone wins. */
+ * undone by its restore: the flag read before the clone wins. But not the
+ * kernel's mark for an id change of the process's own made meanwhile
+ * (another thread's setuid or setgid, which glibc makes on every thread,
+ * this one in a signal handler at any point here): that mark stands, or
+ * a service that drops its privileges while it spawns a worker would be
+ * dumpable, and its memory open to the new ids' ptrace, under them. */
 static pthread_once_t ids_atfork_once = PTHREAD_ONCE_INIT;
 static int ids_atfork_error; /* pthread_atfork's, if it failed */
 static pthread_mutex_t ids_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -407,14 +412,41 @@ static void ids_register_atfork(void) {
         pthread_atfork(ids_lock_take, ids_lock_give, ids_lock_give);
 }
 
+/* The parent's side of a spawn that changes ids, read before the clone:
+ * its dumpable flag and the ids the kernel's mark follows (this thread's
+ * euid and egid, every thread's under glibc). */
+typedef struct ids_before {
+    int dumpable;
+    uid_t euid;
+    gid_t egid;
+} ids_before;
+
+static bool ids_same(const ids_before *b) {
+    return geteuid() == b->euid && getegid() == b->egid;
+}
+
+/* Once the child has exec'd or exited: the flag put back, unless the
+ * process changed its own ids since it was read. One that comes after the
+ * test but before the restore is seen after it, and marked as the kernel
+ * would have (0; where fs.suid_dumpable is 1, stricter than it); one
+ * after that marks the memory itself, after the restore. */
+static void ids_restore(const ids_before *b) {
+    if (b->dumpable != 0 && b->dumpable != 1) return;
+    if (!ids_same(b) || prctl(PR_GET_DUMPABLE) == b->dumpable) return;
+    (void)prctl(PR_SET_DUMPABLE, b->dumpable);
+    if (!ids_same(b)) (void)prctl(PR_SET_DUMPABLE, 0);
+}
+
 int lull__spawn_child(const lull__spawn *sp, int *pidfd) {
     bool ids = sp->flags & (LULL_PROCESS_SETUID | LULL_PROCESS_SETGID);
-    int dumpable = -1;
+    ids_before before = {.dumpable = -1};
     if (ids) {
         pthread_once(&ids_atfork_once, ids_register_atfork);
         if (ids_atfork_error != 0) return -ids_atfork_error;
-        pthread_mutex_lock(&ids_lock);
-        dumpable = prctl(PR_GET_DUMPABLE);
+        ids_lock_take();
+        before.euid = geteuid();
+        before.egid = getegid();
+        before.dumpable = prctl(PR_GET_DUMPABLE);
     }
     /* Stacks grow down on every architecture lull builds for. */
     _Alignas(16) char stack[STACK_SIZE];
@@ -430,11 +462,8 @@ int lull__spawn_child(const lull__spawn *sp, int *pidfd) {
         /* Shared only when the clone was CLONE_VM (and so CLONE_VFORK: the
          * child has exec'd or exited by now); run as a fork (valgrind),
          * the child changed a copy. */
-        if (pid >= 0 && *sp->ran_shared == 1 &&
-            (dumpable == 0 || dumpable == 1) &&
-            prctl(PR_GET_DUMPABLE) != dumpable)
-            (void)prctl(PR_SET_DUMPABLE, dumpable);
-        pthread_mutex_unlock(&ids_lock);
+        if (pid >= 0 && *sp->ran_shared == 1) ids_restore(&before);
+        ids_lock_give();
     }
     if (pid < 0) return -err;
     *pidfd = fd;

@@ -44,8 +44,8 @@ typedef struct lull__spawn {
  * exited if *sp->ran_shared reads 1 then (else at once: the clone was run
  * as a fork, as valgrind does); or a negative errno (-EMFILE, -EAGAIN,
  * -ENOMEM ...) and no child. With SETUID or SETGID, the parent's dumpable
- * flag is as it was when this returns (src/spawn.c says why), and such
- * calls run one at a time.
+ * flag is as it was when this returns, unless the parent's own ids changed
+ * meanwhile (src/spawn.c says why), and such calls run one at a time.
  * The child sends no signal when it ends (exit signal 0). */
 int lull__spawn_child(const lull__spawn *sp, int *pidfd);
 

@@ -78,6 +78,8 @@ enum { SLOT_FREE, SLOT_CLAIMED, SLOT_READY };
 typedef struct term_id {
     dev_t rdev; /* the terminal's, not /dev/tty's (id_of) */
     long ptn;   /* -1: not a master */
+    bool own;   /* rdev is the kernel's TIOCGDEV: a pty's slave's on its
+                   master too, whose mode calls set the slave's mode */
 } term_id;
 
 typedef struct reset_slot {
@@ -110,7 +112,7 @@ static int set_attr(int fd, const struct termios *tio) {
 }
 
 static term_id id_of(int fd) {
-    term_id id = {.rdev = 0, .ptn = -1};
+    term_id id = {.rdev = 0, .ptn = -1, .own = false};
     struct stat st;
     if (fstat(fd, &st) == 0) id.rdev = st.st_rdev;
     /* The device of the terminal itself: an fd of /dev/tty, the alias of
@@ -119,12 +121,23 @@ static term_id id_of(int fd) {
      * name, it gave back that tty's RAW for the mode before lull. The
      * kernel's encoding (new_encode_dev); st_rdev where it is missing. */
     unsigned dev;
-    if (ioctl(fd, TIOCGDEV, &dev) == 0)
+    if (ioctl(fd, TIOCGDEV, &dev) == 0) {
         id.rdev = makedev((dev & 0xfff00u) >> 8,
                           (dev & 0xffu) | ((dev >> 12) & 0xfff00u));
+        id.own = true;
+    }
     unsigned n;
     if (ioctl(fd, TIOCGPTN, &n) == 0) id.ptn = (long)n;
     return id;
+}
+
+/* Whether x and y are one terminal's mode. A pty's master and its slave
+ * are: the master's tcsetattr sets the slave's mode, and TIOCGDEV names
+ * the slave on both. Without TIOCGDEV a master is known by its number
+ * alone (st_rdev is /dev/ptmx's), and taken for a terminal of its own. */
+static bool same_terminal(term_id x, term_id y) {
+    if (x.rdev != y.rdev) return false;
+    return (x.own && y.own) || x.ptn == y.ptn;
 }
 
 /* Counts a user of s in if it is READY: true, and it stays READY and
@@ -204,8 +217,7 @@ static void mode_before_lull(int fd, struct termios *tio) {
     for (int i = 0; i < RESET_SLOTS; i++) {
         reset_slot *s = &slots[i];
         if (!slot_get(s)) continue;
-        bool same = atomic_load(&s->moded) && s->id.rdev == id.rdev &&
-                    s->id.ptn == id.ptn;
+        bool same = atomic_load(&s->moded) && same_terminal(s->id, id);
         if (same) memcpy(tio, &s->saved, sizeof *tio);
         slot_put(s);
         if (same) return;
@@ -214,8 +226,9 @@ static void mode_before_lull(int fd, struct termios *tio) {
 
 /* Whether a and b are one open file description, whose flags one F_SETFL
  * sets for both: kcmp says so exactly; where it is missing, the same
- * terminal is taken for it (a pty's master, the tty with no name a test
- * or multiplexer holds, is one description with all its dups). */
+ * terminal on the same side is taken for it (a pty's master, the tty with
+ * no name a test or multiplexer holds, is one description with all its
+ * dups; its slave, one terminal with it, is another description). */
 static bool same_description(int a, int b) {
     long r =
         syscall(SYS_kcmp, (pid_t)getpid(), (pid_t)getpid(), KCMP_FILE, a, b);

@@ -2717,6 +2717,80 @@ TEST(setuid_spawn_leaves_the_parent_dumpable) {
     free_loop(loop);
 }
 
+/* prctl, wrapped (tests/CMakeLists.txt): armed for a process, the
+ * spawn's read of its dumpable flag before the clone is followed by a
+ * change of the process's own ids, made by another thread (setresgid:
+ * glibc changes every thread's), as a service dropping its privileges
+ * while a worker is being spawned does. */
+int __real_prctl(int option, unsigned long a2, unsigned long a3,
+                 unsigned long a4, unsigned long a5);
+static _Atomic int ids_change_armed_pid;
+
+static void *drop_egid(void *arg) {
+    (void)arg;
+    CHECK_EQ(setresgid((gid_t)-1, 65534, (gid_t)-1), 0);
+    return NULL;
+}
+
+int __wrap_prctl(int option, unsigned long a2, unsigned long a3,
+                 unsigned long a4, unsigned long a5) {
+    int rc = __real_prctl(option, a2, a3, a4, a5);
+    int self = (int)getpid();
+    if (option == PR_GET_DUMPABLE &&
+        atomic_compare_exchange_strong(&ids_change_armed_pid, &self, 0)) {
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, drop_egid, NULL), 0);
+        CHECK_EQ(pthread_join(t, NULL), 0);
+    }
+    return rc;
+}
+
+static void ids_changed_during_spawn(void *arg) {
+    (void)arg;
+    CHECK_EQ(prctl(PR_SET_DUMPABLE, 1), 0);
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"true", NULL},
+                              .flags = LULL_PROCESS_SETUID,
+                              .uid = 65534};
+    atomic_store(&ids_change_armed_pid, (int)getpid());
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(atomic_load(&ids_change_armed_pid), 0); /* the change ran */
+    CHECK_EQ(getegid(), 65534);
+    /* The kernel's mark for the process's own change stands. */
+    CHECK_EQ(prctl(PR_GET_DUMPABLE), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 0);
+    CHECK_EQ(prctl(PR_GET_DUMPABLE), 0);
+    free_loop(loop);
+}
+
+/* A process that changes its own ids (another thread's setresgid) while
+ * a SETUID spawn is under way: the kernel marks its memory not dumpable
+ * for that change (fs.suid_dumpable 0), and the spawn, which puts back
+ * the flag it read before its clone, made the process dumpable again
+ * under its new ids: memory that held what the old ids could read, open
+ * to the new ids' ptrace and core dumps. */
+TEST(setuid_spawn_keeps_the_mark_of_an_id_change_made_meanwhile) {
+    if (geteuid() != 0) {
+        printf("skipped: needs root to change ids\n");
+        return;
+    }
+    FILE *f = fopen("/proc/sys/fs/suid_dumpable", "r");
+    int mode = -1;
+    if (f) {
+        if (fscanf(f, "%d", &mode) != 1) mode = -1;
+        fclose(f);
+    }
+    if (mode != 0) {
+        printf("skipped: fs.suid_dumpable is %d, not 0: an id change keeps "
+               "the process dumpable\n",
+               mode);
+        return;
+    }
+    CHECK(check_exits_cleanly(ids_changed_during_spawn, NULL));
+}
+
 /* Not permitted: a process that dropped its privileges asks for uid 0,
  * gid 0, or groups: each is the spawn's -EPERM, and nothing is left. */
 static void spawn_unprivileged(void *arg) {

@@ -379,6 +379,45 @@ TEST(second_tty_on_the_controlling_terminals_alias) {
     CHECK(check_exits_cleanly(dev_tty_body, NULL));
 }
 
+/* A tty on a pty's master and one on its slave are one terminal: the
+ * master's mode calls set the slave's mode, and TIOCGDEV names the
+ * slave's device on either fd. Known by the master's pty number too, the
+ * master was taken for another terminal, so that the second tty saved the
+ * first one's RAW as its mode before lull and gave it back at its close,
+ * or in lull_tty_reset_mode, after the first had given NORMAL back. Every
+ * order ends with the mode from before. */
+static void master_and_slave(bool master_first) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    struct termios before = mode_of(p.slave);
+    int fd_a = master_first ? p.master : p.slave;
+    int fd_b = master_first ? p.slave : p.master;
+    term a, b;
+    for (int how = 0; how < 3; how++) {
+        term_init(loop, &a, fd_a);
+        CHECK_EQ(lull_tty_set_mode(&a.t, LULL_TTY_MODE_RAW), 0);
+        term_init(loop, &b, fd_b);
+        CHECK_EQ(lull_tty_set_mode(&b.t, LULL_TTY_MODE_IO), 0);
+        if (how == 2) {
+            lull_tty_reset_mode(); /* a crash path */
+            CHECK(mode_is(p.slave, &before));
+        }
+        term *first = how == 1 ? &b : &a, *last = how == 1 ? &a : &b;
+        term_close_and_wait(loop, first);
+        term_close_and_wait(loop, last);
+        CHECK(mode_is(p.slave, &before));
+    }
+    finish(loop, &p);
+}
+
+TEST(ttys_on_a_ptys_master_then_its_slave_are_one_terminal) {
+    master_and_slave(true);
+}
+
+TEST(ttys_on_a_ptys_slave_then_its_master_are_one_terminal) {
+    master_and_slave(false);
+}
+
 /* ------------------------------------------------------------ bytes */
 
 /* What lull sends arrives on the master; what the master writes arrives
