@@ -733,7 +733,10 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     append(&j, 1);
     CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
                                  strlen(recs[0].text), appended),
-             -EBUSY);                    /* the first queued */
+             -EBUSY); /* the first queued */
+    CHECK_EQ(lull_journal_append(&j, &recs[1].req, recs[1].text,
+                                 strlen(recs[1].text), appended),
+             -EBUSY);                    /* the last queued, not the first */
     CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
     CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
                                  strlen(recs[0].text), appended),
@@ -743,6 +746,33 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     CHECK_EQ(ncompleted, 2);
     check_file(2);
     close_journal_case(fd, loop, pool, &g);
+}
+
+/* An append of no bytes (a NULL buffer is allowed then) alone in its
+ * batch: nothing to write, so the batch is its sync alone, and it
+ * completes with 0 at the end of the file, not with a write of nothing
+ * taken for a failed one (-EIO, sticky). */
+TEST_THREADED(journal_append_of_no_bytes_alone_completes) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    ncompleted = 0;
+    nfailed = 0;
+    append(&j, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    recs[1].index = 1;
+    CHECK_EQ(lull_journal_append(&j, &recs[1].req, NULL, 0, appended), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    CHECK_EQ(nfailed, 0);
+    CHECK_U64_EQ(recs[1].req.offset, strlen(recs[0].text));
+    CHECK_U64_EQ(recs[1].req.sync, 2);
+    append(&j, 1); /* the journal goes on */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(nfailed, 0);
+    check_file(2);
+    close_journal_case(fd, loop, pool, NULL);
 }
 
 /* The same request appended again from the middle of the queue (arg 0)
@@ -1169,6 +1199,18 @@ TEST_THREADED(fs_readv_writev) {
     /* Refused before any thread: counts and sizes. */
     CHECK_EQ(lull_fs_readv(L, P, &R, fd, r, 0, 0, on_fs), -EINVAL);
     CHECK_EQ(lull_fs_readv(L, P, &R, fd, r, IOV_MAX + 1, 0, on_fs), -EINVAL);
+    /* IOV_MAX itself is what the kernel takes: accepted, every byte moved. */
+    static struct iovec most[IOV_MAX];
+    static char bytes[IOV_MAX];
+    for (int i = 0; i < IOV_MAX; i++) {
+        bytes[i] = (char)('a' + i % 26);
+        most[i] = (struct iovec){&bytes[i], 1};
+    }
+    CHECK_EQ(run(lull_fs_writev(L, P, &R, fd, most, IOV_MAX, 16, on_fs)),
+             IOV_MAX);
+    char back[IOV_MAX];
+    CHECK_EQ(pread(fd, back, sizeof back, 16), IOV_MAX);
+    CHECK(memcmp(back, bytes, IOV_MAX) == 0);
     CHECK_EQ(lull_fs_readv(L, P, &R, fd, NULL, 1, 0, on_fs), -EINVAL);
     struct iovec huge[2] = {{a, SSIZE_MAX}, {b, 2}};
     CHECK_EQ(lull_fs_writev(L, P, &R, fd, huge, 2, 0, on_fs), -EINVAL);
@@ -1271,6 +1313,13 @@ TEST_THREADED(fs_links_readlink_realpath) {
         -ENOENT);
     CHECK_EQ(run(lull_fs_realpath(L, P, &R, path, buf, 3, on_fs)),
              -ENAMETOOLONG);
+    /* Room for the bytes but not the NUL, as for readlink; one more fits. */
+    size_t n = strlen(want);
+    CHECK_EQ(run(lull_fs_realpath(L, P, &R, path, buf, n, on_fs)),
+             -ENAMETOOLONG);
+    CHECK_EQ(run(lull_fs_realpath(L, P, &R, path, buf, n + 1, on_fs)),
+             (int64_t)n);
+    CHECK(strcmp(buf, want) == 0);
     CHECK_EQ(lull_fs_readlink(L, P, &R, path, buf, 0, on_fs), -EINVAL);
     CHECK_EQ(lull_fs_symlink(L, P, &R, "file", NULL, on_fs), -EINVAL);
     fs_teardown();
