@@ -755,6 +755,13 @@ TEST_THREADED(pool_close_with_work_in_flight) {
         }
     }
     lull_pool_close(pool);
+    /* The waiting items, cancelled by the close, are counted so at once
+     * (a running one is not); none is left queued. */
+    lull_pool_stats st;
+    lull_pool_get_stats(pool, &st);
+    CHECK_U64_EQ(st.cancelled, FLIGHT - 2);
+    CHECK_U64_EQ(st.queued, 0);
+    CHECK_U64_EQ(st.submitted, FLIGHT);
     item late = {0};
     lull_work_init(&late.work, item_run, item_done);
     CHECK_EQ(lull_work_submit(loop, pool, &late.work), -ESHUTDOWN);
