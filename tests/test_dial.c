@@ -259,6 +259,61 @@ TEST(silent_address_waits_250_ms_then_the_next_wins) {
     CHECK_EQ(lull_loop_free(loop), 0); /* the silent attempt was closed */
 }
 
+/* A timeout does not hold back the next attempt: with 10 s to go, the
+ * second address still starts 250 ms after the first (the timer is armed
+ * for the earlier of the two). */
+TEST(next_attempt_starts_before_a_later_deadline) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_S(10)};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(d.attempts, 1);
+    lull_loop_advance(loop, LULL_MS(250));
+    CHECK_EQ(d.attempts, 2);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(lfd);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ... and a deadline before the next attempt ends the dial on time, not
+ * at that attempt's start. */
+TEST(deadline_before_the_next_attempt_ends_the_dial_on_time) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_MS(100)};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_loop_advance(loop, LULL_MS(100) - 1);
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    CHECK_EQ(d.attempts, 1); /* the second never started */
+    CHECK_EQ(accepted(lfd), 0);
+    close(lfd);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* IPv6 first, then IPv4, then IPv6 again: with the first silent, the
  * second attempt is the IPv4 address, not the second IPv6 one. */
 TEST(families_interleave) {
