@@ -536,6 +536,58 @@ int __wrap_fdatasync(int fd) {
     return __real_fdatasync(fd);
 }
 
+/* pwritev, wrapped (tests/CMakeLists.txt): while short_writes is set,
+ * every other call fails with EINTR (a signal) and the others write at
+ * most 7 bytes, across iovecs (a disk nearly full, a signal mid-write),
+ * so that a caller must go on from inside a record or an iovec. */
+ssize_t __real_pwritev(int fd, const struct iovec *iov, int n, off_t off);
+ssize_t __wrap_pwritev(int fd, const struct iovec *iov, int n, off_t off);
+static int short_writes;          /* atomic: set by the case */
+static unsigned short_write_call; /* the thread making the calls only */
+
+ssize_t __wrap_pwritev(int fd, const struct iovec *iov, int n, off_t off) {
+    if (!__atomic_load_n(&short_writes, __ATOMIC_ACQUIRE))
+        return __real_pwritev(fd, iov, n, off);
+    if (short_write_call++ % 2 == 0) {
+        errno = EINTR;
+        return -1;
+    }
+    struct iovec cut[8];
+    int k = 0;
+    size_t budget = 7;
+    for (int i = 0; i < n && k < 8 && budget > 0; i++) {
+        size_t l = iov[i].iov_len < budget ? iov[i].iov_len : budget;
+        cut[k++] = (struct iovec){iov[i].iov_base, l};
+        budget -= l;
+    }
+    return __real_pwritev(fd, cut, k, off);
+}
+
+/* A journal's batch written a few bytes at a time, with interrupted calls
+ * between: every record lands whole, in order, and completes with 0 (an
+ * EINTR is no error of the file's, so it must not become the journal's
+ * sticky one). */
+TEST_THREADED(journal_short_and_interrupted_writes_resume_inside_records) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    ncompleted = 0;
+    nfailed = 0;
+    short_write_call = 0;
+    __atomic_store_n(&short_writes, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 20; i++)
+        append(&j, i);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    __atomic_store_n(&short_writes, 0, __ATOMIC_RELEASE);
+    CHECK(short_write_call > 20); /* the wrapper did cut the batch */
+    CHECK_EQ(ncompleted, 20);
+    CHECK_EQ(nfailed, 0);
+    CHECK_EQ(j.error, 0);
+    check_file(20);
+    close_journal_case(fd, loop, pool, NULL);
+}
+
 /* Each record's completions, and what an append made inside one says. */
 static int sync_fail_calls[8], sync_fail_statuses[8], append_in_cb_rc;
 static lull_journal *sync_fail_journal;
@@ -1182,6 +1234,26 @@ TEST_THREADED(fs_write_cut_short_by_an_error_counts_what_went) {
     CHECK_EQ(run(lull_fs_write(L, P, &R, fd, buf, 10, 100, on_fs)), -EFBIG);
     CHECK_EQ(setrlimit(RLIMIT_FSIZE, &old), 0);
     CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    fs_teardown();
+}
+
+/* lull_fs_writev at an offset, written a few bytes at a time with
+ * interrupted calls between: the whole count, every byte in place. */
+TEST_THREADED(fs_writev_goes_on_after_short_and_interrupted_writes) {
+    fs_setup();
+    int fd = open_rw(path);
+    char a[5] = "abcde", b[12] = "fghijklmnopq", c[3] = "rst";
+    struct iovec w[3] = {{a, 5}, {b, 12}, {c, 3}};
+    short_write_call = 0;
+    __atomic_store_n(&short_writes, 1, __ATOMIC_RELEASE);
+    int64_t r = run(lull_fs_writev(L, P, &R, fd, w, 3, 4, on_fs));
+    __atomic_store_n(&short_writes, 0, __ATOMIC_RELEASE);
+    CHECK_EQ(r, 20);
+    CHECK(short_write_call >= 6); /* three cut writes, three EINTRs */
+    char back[24];
+    CHECK_EQ(pread(fd, back, sizeof back, 0), 24);
+    CHECK(memcmp(back, "\0\0\0\0abcdefghijklmnopqrst", 24) == 0);
+    close(fd);
     fs_teardown();
 }
 
