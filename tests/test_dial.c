@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -893,8 +894,22 @@ static void hold_the_drop(void) {
         sched_yield();
 }
 
+/* A lookup of FAILING_NAME fails with failing_code and errno
+ * failing_errno; one of UNIX_ONLY_NAME answers one address, of neither
+ * IP family (unix_only, which freeaddrinfo leaves alone). */
+#define FAILING_NAME   "failing.lull.test"
+#define UNIX_ONLY_NAME "unix-only.lull.test"
+static int failing_code, failing_errno;
+static struct sockaddr_un unix_only_addr = {.sun_family = AF_UNIX};
+static struct addrinfo unix_only = {.ai_family = AF_UNIX,
+                                    .ai_socktype = SOCK_STREAM,
+                                    .ai_addrlen = sizeof unix_only_addr,
+                                    .ai_addr =
+                                        (struct sockaddr *)&unix_only_addr};
+
 void __real_freeaddrinfo(struct addrinfo *ai);
 void __wrap_freeaddrinfo(struct addrinfo *ai) {
+    if (ai == &unix_only) return; /* never allocated */
     if (ai && ai == forked_list) forked_list_freed = true;
     bool slow = ai && ai == slow_list;
     if (slow && slow_hold_drop) hold_the_drop();
@@ -904,6 +919,14 @@ void __wrap_freeaddrinfo(struct addrinfo *ai) {
 
 int __wrap_getaddrinfo(const char *node, const char *service,
                        const struct addrinfo *hints, struct addrinfo **res) {
+    if (node && strcmp(node, FAILING_NAME) == 0) {
+        errno = failing_errno;
+        return failing_code;
+    }
+    if (node && strcmp(node, UNIX_ONLY_NAME) == 0) {
+        *res = &unix_only;
+        return 0;
+    }
     if (node && strcmp(node, FORKED_NAME) == 0 &&
         !(hints && (hints->ai_flags & AI_NUMERICHOST)))
         return answer_then_hold(service, hints, res);
@@ -1452,4 +1475,37 @@ TEST(cancel_after_the_dial_was_decided_keeps_its_status) {
     CHECK_EQ(accepted(lfd), 1);
     close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* What a failed lookup says: -ENOMEM for EAI_MEMORY, the errno for
+ * EAI_SYSTEM, -EHOSTUNREACH for EAI_NONAME, for a name whose addresses
+ * are all of other families (gai_error EAI_NONAME then) and for an
+ * EAI_SYSTEM that left no errno: never 0, which would be a dial with no
+ * stream said to be open. */
+static void dial_failing(int code, int err, const char *name, int want,
+                         int want_gai) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_pool *pool = NULL;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    failing_code = code;
+    failing_errno = err;
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, pool, &d, &s, name, 9, NULL, on_dial), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, want);
+    CHECK_EQ(d.gai_error, want_gai);
+    CHECK_EQ(d.attempts, 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(failed_lookups_say_why) {
+    dial_failing(EAI_MEMORY, 0, FAILING_NAME, -ENOMEM, EAI_MEMORY);
+    dial_failing(EAI_SYSTEM, EMFILE, FAILING_NAME, -EMFILE, EAI_SYSTEM);
+    dial_failing(EAI_SYSTEM, 0, FAILING_NAME, -EHOSTUNREACH, EAI_SYSTEM);
+    dial_failing(EAI_NONAME, 0, FAILING_NAME, -EHOSTUNREACH, EAI_NONAME);
+    dial_failing(0, 0, UNIX_ONLY_NAME, -EHOSTUNREACH, EAI_NONAME);
 }
