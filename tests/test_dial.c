@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -257,6 +258,61 @@ TEST(silent_address_waits_250_ms_then_the_next_wins) {
     close(lfd);
     hole_close(&h);
     CHECK_EQ(lull_loop_free(loop), 0); /* the silent attempt was closed */
+}
+
+/* A timeout does not hold back the next attempt: with 10 s to go, the
+ * second address still starts 250 ms after the first (the timer is armed
+ * for the earlier of the two). */
+TEST(next_attempt_starts_before_a_later_deadline) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_S(10)};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(d.attempts, 1);
+    lull_loop_advance(loop, LULL_MS(250));
+    CHECK_EQ(d.attempts, 2);
+    settle_until_dialed(loop);
+    CHECK_EQ(dial_status, 0);
+    CHECK_EQ(accepted(lfd), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(lfd);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ... and a deadline before the next attempt ends the dial on time, not
+ * at that attempt's start. */
+TEST(deadline_before_the_next_attempt_ends_the_dial_on_time) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    hole h = hole_open(AF_INET);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, h.port);
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    lull_dial_options o = {.timeout_ns = LULL_MS(100)};
+    CHECK_EQ(lull_dial_start_addrs(loop, &d, &s, l.ai, &o, on_dial), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    lull_loop_advance(loop, LULL_MS(100) - 1);
+    CHECK_EQ(dial_calls, 0);
+    lull_loop_advance(loop, 1);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, -ETIMEDOUT);
+    CHECK_EQ(d.attempts, 1); /* the second never started */
+    CHECK_EQ(accepted(lfd), 0);
+    close(lfd);
+    hole_close(&h);
+    CHECK_EQ(lull_loop_free(loop), 0);
 }
 
 /* IPv6 first, then IPv4, then IPv6 again: with the first silent, the
@@ -838,8 +894,22 @@ static void hold_the_drop(void) {
         sched_yield();
 }
 
+/* A lookup of FAILING_NAME fails with failing_code and errno
+ * failing_errno; one of UNIX_ONLY_NAME answers one address, of neither
+ * IP family (unix_only, which freeaddrinfo leaves alone). */
+#define FAILING_NAME   "failing.lull.test"
+#define UNIX_ONLY_NAME "unix-only.lull.test"
+static int failing_code, failing_errno;
+static struct sockaddr_un unix_only_addr = {.sun_family = AF_UNIX};
+static struct addrinfo unix_only = {.ai_family = AF_UNIX,
+                                    .ai_socktype = SOCK_STREAM,
+                                    .ai_addrlen = sizeof unix_only_addr,
+                                    .ai_addr =
+                                        (struct sockaddr *)&unix_only_addr};
+
 void __real_freeaddrinfo(struct addrinfo *ai);
 void __wrap_freeaddrinfo(struct addrinfo *ai) {
+    if (ai == &unix_only) return; /* never allocated */
     if (ai && ai == forked_list) forked_list_freed = true;
     bool slow = ai && ai == slow_list;
     if (slow && slow_hold_drop) hold_the_drop();
@@ -849,6 +919,14 @@ void __wrap_freeaddrinfo(struct addrinfo *ai) {
 
 int __wrap_getaddrinfo(const char *node, const char *service,
                        const struct addrinfo *hints, struct addrinfo **res) {
+    if (node && strcmp(node, FAILING_NAME) == 0) {
+        errno = failing_errno;
+        return failing_code;
+    }
+    if (node && strcmp(node, UNIX_ONLY_NAME) == 0) {
+        *res = &unix_only;
+        return 0;
+    }
     if (node && strcmp(node, FORKED_NAME) == 0 &&
         !(hints && (hints->ai_flags & AI_NUMERICHOST)))
         return answer_then_hold(service, hints, res);
@@ -1397,4 +1475,37 @@ TEST(cancel_after_the_dial_was_decided_keeps_its_status) {
     CHECK_EQ(accepted(lfd), 1);
     close(lfd);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* What a failed lookup says: -ENOMEM for EAI_MEMORY, the errno for
+ * EAI_SYSTEM, -EHOSTUNREACH for EAI_NONAME, for a name whose addresses
+ * are all of other families (gai_error EAI_NONAME then) and for an
+ * EAI_SYSTEM that left no errno: never 0, which would be a dial with no
+ * stream said to be open. */
+static void dial_failing(int code, int err, const char *name, int want,
+                         int want_gai) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_pool *pool = NULL;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    failing_code = code;
+    failing_errno = err;
+    lull_dial d = {0};
+    lull_stream s;
+    CHECK_EQ(lull_dial_start(loop, pool, &d, &s, name, 9, NULL, on_dial), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, want);
+    CHECK_EQ(d.gai_error, want_gai);
+    CHECK_EQ(d.attempts, 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(failed_lookups_say_why) {
+    dial_failing(EAI_MEMORY, 0, FAILING_NAME, -ENOMEM, EAI_MEMORY);
+    dial_failing(EAI_SYSTEM, EMFILE, FAILING_NAME, -EMFILE, EAI_SYSTEM);
+    dial_failing(EAI_SYSTEM, 0, FAILING_NAME, -EHOSTUNREACH, EAI_SYSTEM);
+    dial_failing(EAI_NONAME, 0, FAILING_NAME, -EHOSTUNREACH, EAI_NONAME);
+    dial_failing(0, 0, UNIX_ONLY_NAME, -EHOSTUNREACH, EAI_NONAME);
 }

@@ -536,6 +536,58 @@ int __wrap_fdatasync(int fd) {
     return __real_fdatasync(fd);
 }
 
+/* pwritev, wrapped (tests/CMakeLists.txt): while short_writes is set,
+ * every other call fails with EINTR (a signal) and the others write at
+ * most 7 bytes, across iovecs (a disk nearly full, a signal mid-write),
+ * so that a caller must go on from inside a record or an iovec. */
+ssize_t __real_pwritev(int fd, const struct iovec *iov, int n, off_t off);
+ssize_t __wrap_pwritev(int fd, const struct iovec *iov, int n, off_t off);
+static int short_writes;          /* atomic: set by the case */
+static unsigned short_write_call; /* the thread making the calls only */
+
+ssize_t __wrap_pwritev(int fd, const struct iovec *iov, int n, off_t off) {
+    if (!__atomic_load_n(&short_writes, __ATOMIC_ACQUIRE))
+        return __real_pwritev(fd, iov, n, off);
+    if (short_write_call++ % 2 == 0) {
+        errno = EINTR;
+        return -1;
+    }
+    struct iovec cut[8];
+    int k = 0;
+    size_t budget = 7;
+    for (int i = 0; i < n && k < 8 && budget > 0; i++) {
+        size_t l = iov[i].iov_len < budget ? iov[i].iov_len : budget;
+        cut[k++] = (struct iovec){iov[i].iov_base, l};
+        budget -= l;
+    }
+    return __real_pwritev(fd, cut, k, off);
+}
+
+/* A journal's batch written a few bytes at a time, with interrupted calls
+ * between: every record lands whole, in order, and completes with 0 (an
+ * EINTR is no error of the file's, so it must not become the journal's
+ * sticky one). */
+TEST_THREADED(journal_short_and_interrupted_writes_resume_inside_records) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    ncompleted = 0;
+    nfailed = 0;
+    short_write_call = 0;
+    __atomic_store_n(&short_writes, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 20; i++)
+        append(&j, i);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    __atomic_store_n(&short_writes, 0, __ATOMIC_RELEASE);
+    CHECK(short_write_call > 20); /* the wrapper did cut the batch */
+    CHECK_EQ(ncompleted, 20);
+    CHECK_EQ(nfailed, 0);
+    CHECK_EQ(j.error, 0);
+    check_file(20);
+    close_journal_case(fd, loop, pool, NULL);
+}
+
 /* Each record's completions, and what an append made inside one says. */
 static int sync_fail_calls[8], sync_fail_statuses[8], append_in_cb_rc;
 static lull_journal *sync_fail_journal;
@@ -733,7 +785,10 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     append(&j, 1);
     CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
                                  strlen(recs[0].text), appended),
-             -EBUSY);                    /* the first queued */
+             -EBUSY); /* the first queued */
+    CHECK_EQ(lull_journal_append(&j, &recs[1].req, recs[1].text,
+                                 strlen(recs[1].text), appended),
+             -EBUSY);                    /* the last queued, not the first */
     CHECK_EQ(lull_loop_settle(loop), 1); /* the batch leaves */
     CHECK_EQ(lull_journal_append(&j, &recs[0].req, recs[0].text,
                                  strlen(recs[0].text), appended),
@@ -743,6 +798,33 @@ TEST_THREADED(journal_append_of_a_queued_request_is_refused) {
     CHECK_EQ(ncompleted, 2);
     check_file(2);
     close_journal_case(fd, loop, pool, &g);
+}
+
+/* An append of no bytes (a NULL buffer is allowed then) alone in its
+ * batch: nothing to write, so the batch is its sync alone, and it
+ * completes with 0 at the end of the file, not with a write of nothing
+ * taken for a failed one (-EIO, sticky). */
+TEST_THREADED(journal_append_of_no_bytes_alone_completes) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    ncompleted = 0;
+    nfailed = 0;
+    append(&j, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    recs[1].index = 1;
+    CHECK_EQ(lull_journal_append(&j, &recs[1].req, NULL, 0, appended), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ncompleted, 2);
+    CHECK_EQ(nfailed, 0);
+    CHECK_U64_EQ(recs[1].req.offset, strlen(recs[0].text));
+    CHECK_U64_EQ(recs[1].req.sync, 2);
+    append(&j, 1); /* the journal goes on */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(nfailed, 0);
+    check_file(2);
+    close_journal_case(fd, loop, pool, NULL);
 }
 
 /* The same request appended again from the middle of the queue (arg 0)
@@ -1155,6 +1237,26 @@ TEST_THREADED(fs_write_cut_short_by_an_error_counts_what_went) {
     fs_teardown();
 }
 
+/* lull_fs_writev at an offset, written a few bytes at a time with
+ * interrupted calls between: the whole count, every byte in place. */
+TEST_THREADED(fs_writev_goes_on_after_short_and_interrupted_writes) {
+    fs_setup();
+    int fd = open_rw(path);
+    char a[5] = "abcde", b[12] = "fghijklmnopq", c[3] = "rst";
+    struct iovec w[3] = {{a, 5}, {b, 12}, {c, 3}};
+    short_write_call = 0;
+    __atomic_store_n(&short_writes, 1, __ATOMIC_RELEASE);
+    int64_t r = run(lull_fs_writev(L, P, &R, fd, w, 3, 4, on_fs));
+    __atomic_store_n(&short_writes, 0, __ATOMIC_RELEASE);
+    CHECK_EQ(r, 20);
+    CHECK(short_write_call >= 6); /* three cut writes, three EINTRs */
+    char back[24];
+    CHECK_EQ(pread(fd, back, sizeof back, 0), 24);
+    CHECK(memcmp(back, "\0\0\0\0abcdefghijklmnopqrst", 24) == 0);
+    close(fd);
+    fs_teardown();
+}
+
 TEST_THREADED(fs_readv_writev) {
     fs_setup();
     int fd = open_rw(path);
@@ -1169,6 +1271,18 @@ TEST_THREADED(fs_readv_writev) {
     /* Refused before any thread: counts and sizes. */
     CHECK_EQ(lull_fs_readv(L, P, &R, fd, r, 0, 0, on_fs), -EINVAL);
     CHECK_EQ(lull_fs_readv(L, P, &R, fd, r, IOV_MAX + 1, 0, on_fs), -EINVAL);
+    /* IOV_MAX itself is what the kernel takes: accepted, every byte moved. */
+    static struct iovec most[IOV_MAX];
+    static char bytes[IOV_MAX];
+    for (int i = 0; i < IOV_MAX; i++) {
+        bytes[i] = (char)('a' + i % 26);
+        most[i] = (struct iovec){&bytes[i], 1};
+    }
+    CHECK_EQ(run(lull_fs_writev(L, P, &R, fd, most, IOV_MAX, 16, on_fs)),
+             IOV_MAX);
+    char back[IOV_MAX];
+    CHECK_EQ(pread(fd, back, sizeof back, 16), IOV_MAX);
+    CHECK(memcmp(back, bytes, IOV_MAX) == 0);
     CHECK_EQ(lull_fs_readv(L, P, &R, fd, NULL, 1, 0, on_fs), -EINVAL);
     struct iovec huge[2] = {{a, SSIZE_MAX}, {b, 2}};
     CHECK_EQ(lull_fs_writev(L, P, &R, fd, huge, 2, 0, on_fs), -EINVAL);
@@ -1271,6 +1385,13 @@ TEST_THREADED(fs_links_readlink_realpath) {
         -ENOENT);
     CHECK_EQ(run(lull_fs_realpath(L, P, &R, path, buf, 3, on_fs)),
              -ENAMETOOLONG);
+    /* Room for the bytes but not the NUL, as for readlink; one more fits. */
+    size_t n = strlen(want);
+    CHECK_EQ(run(lull_fs_realpath(L, P, &R, path, buf, n, on_fs)),
+             -ENAMETOOLONG);
+    CHECK_EQ(run(lull_fs_realpath(L, P, &R, path, buf, n + 1, on_fs)),
+             (int64_t)n);
+    CHECK(strcmp(buf, want) == 0);
     CHECK_EQ(lull_fs_readlink(L, P, &R, path, buf, 0, on_fs), -EINVAL);
     CHECK_EQ(lull_fs_symlink(L, P, &R, "file", NULL, on_fs), -EINVAL);
     fs_teardown();

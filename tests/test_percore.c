@@ -865,6 +865,37 @@ TEST_THREADED(percore_start_that_drops_the_sets_reference_still_stops) {
     sem_destroy(&ran);
 }
 
+/* A set of virtual-clock loops that may jump to their timers
+ * (LULL_LOOP_AUTO_ADVANCE): a timer its stop function arms is runnable
+ * work like a task, so a lull_loop_stop made with it armed ends one run
+ * only, and the stop waits for the timer to fire. */
+static lull_timer last_timer;
+static int last_timer_runs;
+
+static void last_timer_fired(lull_timer *t) {
+    (void)t;
+    last_timer_runs++;
+}
+
+static void arm_and_stop_the_run(lull_loop *loop, int index, void *arg) {
+    (void)index, (void)arg;
+    CHECK_EQ(lull_timer_init(loop, &last_timer, last_timer_fired), 0);
+    lull_timer_start(&last_timer, LULL_S(3600), 0);
+    lull_loop_stop(loop);
+}
+
+TEST_THREADED(percore_auto_advance_stop_waits_for_a_timer_armed_by_stop) {
+    last_timer_runs = 0;
+    lull_percore *pc;
+    lull_percore_options o = {
+        .loops = 1,
+        .stop = arm_and_stop_the_run,
+        .loop = {.clock = LULL_CLOCK_VIRTUAL, .flags = LULL_LOOP_AUTO_ADVANCE}};
+    CHECK_EQ(lull_percore_start(&pc, &o), 0);
+    CHECK_EQ(lull_percore_stop(pc), 0);
+    CHECK_EQ(last_timer_runs, 1);
+}
+
 /* A second lull_percore_stop of a set already stopped (a clean-up path run
  * twice) read the freed set and joined threads long gone. It is refused
  * with -EINVAL without touching the memory (the sanitizer builds would see

@@ -755,6 +755,13 @@ TEST_THREADED(pool_close_with_work_in_flight) {
         }
     }
     lull_pool_close(pool);
+    /* The waiting items, cancelled by the close, are counted so at once
+     * (a running one is not); none is left queued. */
+    lull_pool_stats st;
+    lull_pool_get_stats(pool, &st);
+    CHECK_U64_EQ(st.cancelled, FLIGHT - 2);
+    CHECK_U64_EQ(st.queued, 0);
+    CHECK_U64_EQ(st.submitted, FLIGHT);
     item late = {0};
     lull_work_init(&late.work, item_run, item_done);
     CHECK_EQ(lull_work_submit(loop, pool, &late.work), -ESHUTDOWN);
@@ -1387,6 +1394,15 @@ static struct {
     atomic_bool forked;  /* the fork is made: let it go on */
 } close_hold;
 
+/* The FUTEX_WAKEs one thread makes, held (pool_submit_wakes_...): noted
+ * instead of made, so the woken thread stays asleep until the case makes
+ * them. */
+static struct {
+    atomic_int tid; /* the thread whose wakes are held; 0: none */
+    int n;          /* wakes held (by that thread alone) */
+    long words[8];
+} wake_hold;
+
 long __wrap_syscall(long nr, ...) {
     va_list ap;
     va_start(ap, nr);
@@ -1394,6 +1410,12 @@ long __wrap_syscall(long nr, ...) {
     for (int i = 0; i < 6; i++)
         a[i] = va_arg(ap, long);
     va_end(ap);
+    if (nr == SYS_futex && a[1] == FUTEX_WAKE_PRIVATE &&
+        atomic_load(&wake_hold.tid) == (int)__real_syscall(SYS_gettid)) {
+        CHECK(wake_hold.n < 8);
+        wake_hold.words[wake_hold.n++] = a[0];
+        return 0;
+    }
     if (nr == SYS_futex && a[1] == FUTEX_WAKE_PRIVATE &&
         atomic_load(&close_hold.tid) == (int)__real_syscall(SYS_gettid)) {
         atomic_store(&close_hold.entered, true);
@@ -1493,4 +1515,85 @@ static void fault_in_a_copy(void *arg) {
 
 TEST_THREADED(pool_fault_in_work_reaches_the_programs_handler) {
     CHECK(check_exits_cleanly(fault_in_a_copy, NULL));
+}
+
+/* A submit wakes a sleeping thread only when those already woken are
+ * fewer than the items queued: after a cancel took back the item a woken
+ * thread was on its way to, the next submit leaves that thread to take
+ * it, and a second thread sleeps on. Both threads sleep in the kernel,
+ * and the submits' wakes are held (wake_hold), so the count of idle
+ * threads the pool reports is exact, whatever the scheduler does. */
+typedef struct tid_item {
+    lull_work work;
+    int tid;
+    sem_t *gate, *started;
+} tid_item;
+
+static int tid_run(lull_work *w) {
+    tid_item *t = LULL_CONTAINER_OF(w, tid_item, work);
+    t->tid = (int)__real_syscall(SYS_gettid);
+    sem_post(t->started);
+    sem_wait_10s(t->gate, "gate");
+    return 0;
+}
+
+static void tid_done(lull_work *w, int status) {
+    (void)w;
+    CHECK_EQ(status, 0);
+}
+
+TEST_THREADED(pool_submit_wakes_no_second_thread_for_one_item) {
+    lull_loop *loop;
+    lull_pool *pool;
+    sem_t gate, started;
+    gated_loop_and_pool(&loop, &pool, &(lull_pool_options){.threads = 2}, &gate,
+                        &started);
+    /* Each thread's id, from an item held on each. */
+    tid_item t[2];
+    for (int i = 0; i < 2; i++) {
+        t[i] = (tid_item){.gate = &gate, .started = &started};
+        CHECK_EQ(lull_work_init(&t[i].work, tid_run, tid_done), 0);
+        CHECK_EQ(lull_work_submit(loop, pool, &t[i].work), 0);
+    }
+    sem_wait_10s(&started, "first thread");
+    sem_wait_10s(&started, "second thread");
+    CHECK(t[0].tid != t[1].tid);
+    sem_post(&gate);
+    sem_post(&gate);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    /* Both idle (counted under the lock) and asleep on their words. */
+    lull_pool_stats st;
+    uint64_t give_up = check_clock_ns() + 10000000000u;
+    for (;;) {
+        lull_pool_get_stats(pool, &st);
+        if (st.idle == 2 && check_in_futex_wait(t[0].tid) &&
+            check_in_futex_wait(t[1].tid))
+            break;
+        CHECK(check_clock_ns() < give_up);
+        usleep(100);
+    }
+    item a = {0}, b = {0};
+    lull_work_init(&a.work, item_run, item_done);
+    lull_work_init(&b.work, item_run, item_done);
+    wake_hold.n = 0;
+    atomic_store(&wake_hold.tid, (int)__real_syscall(SYS_gettid));
+    CHECK_EQ(lull_work_submit(loop, pool, &a.work), 0);
+    CHECK_EQ(lull_work_cancel(&a.work), 0); /* its thread is still asleep */
+    CHECK_EQ(lull_work_submit(loop, pool, &b.work), 0);
+    atomic_store(&wake_hold.tid, 0);
+    lull_pool_get_stats(pool, &st);
+    CHECK_U64_EQ(st.idle, 1);
+    CHECK_EQ(wake_hold.n, 1);
+    for (int i = 0; i < wake_hold.n; i++)
+        __real_syscall(SYS_futex, wake_hold.words[i], FUTEX_WAKE_PRIVATE, 1,
+                       NULL, NULL, 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(a.dones, 1);
+    CHECK_EQ(a.last_status, -ECANCELED);
+    CHECK_EQ(b.dones, 1);
+    CHECK_EQ(b.runs, 1);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    sem_destroy(&gate);
+    sem_destroy(&started);
 }

@@ -8,8 +8,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <lull.h>
+#include <pthread.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include "internal.h" /* a loop's epoll fd and futex word, to see it asleep */
 
 #define MS  1000000ull
 #define SEC 1000000000ull
@@ -296,6 +299,61 @@ TEST(no_auto_advance_run_returns) {
     CHECK_U64_EQ(lull_loop_now(loop), t0);
     lull_loop_advance(loop, 1 * SEC);
     CHECK_EQ(v[0].runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Without auto-advance a timer cannot fire by waiting, so it does not
+ * stop a run from waiting for what can: a watched fd. LULL_RUN_ONCE with a
+ * watcher and a timer armed sleeps until the fd is ready (another thread
+ * writes it only once the loop sleeps in its wait), then runs the watcher;
+ * the timer stays for lull_loop_advance. A run that looked instead of
+ * waiting would return with nothing done. */
+typedef struct fd_sleeper {
+    lull_loop *loop;
+    int tid; /* the loop's thread */
+    int wfd;
+} fd_sleeper;
+
+static void *write_once_asleep(void *arg) {
+    fd_sleeper *f = arg;
+    check_wait_blocked(f->tid, f->loop->backend_fd, &f->loop->sleeping);
+    CHECK_EQ(write(f->wfd, "x", 1), 1);
+    return NULL;
+}
+
+static int fd_runs;
+
+static void read_one(lull_io *io, int events) {
+    (void)events;
+    char c;
+    CHECK_EQ(read(io->fd, &c, 1), 1);
+    fd_runs++;
+}
+
+TEST_THREADED(no_auto_advance_run_once_waits_for_a_watched_fd_past_a_timer) {
+    lull_loop *loop = new_loop(0);
+    item v[1];
+    items_init(v, 1);
+    lull_timer_start(&v[0].timer, 1 * SEC, 0);
+    int p[2];
+    CHECK_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
+    lull_io io;
+    CHECK_EQ(lull_io_init(loop, &io, p[0], read_one), 0);
+    CHECK_EQ(lull_io_start(&io, LULL_READABLE), 0);
+    fd_runs = 0;
+    fd_sleeper f = {.loop = loop, .tid = gettid(), .wfd = p[1]};
+    pthread_t writer;
+    CHECK_EQ(pthread_create(&writer, NULL, write_once_asleep, &f), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(fd_runs, 1);
+    CHECK_EQ(pthread_join(writer, NULL), 0);
+    CHECK_EQ(v[0].runs, 0);
+    CHECK_U64_EQ(lull_loop_now(loop), t0);
+    lull_io_stop(&io);
+    lull_loop_advance(loop, 1 * SEC);
+    CHECK_EQ(v[0].runs, 1);
+    close(p[0]);
+    close(p[1]);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
