@@ -81,7 +81,7 @@
  *     and PUNSUBSCRIBE too); a replica's also gets the primary's, each
  *     once, in the log's order, none logged before the sync point of the
  *     replica's history (a full resync delivers no old message), and by
- *     its end every one logged after that on the channels it keeps;
+ *     its end every one logged from it on the channels it keeps;
  *   - at the end every key the clients know holds what the model says,
  *     on the primary; every replica's link is up, at the primary's
  *     offset, with its keyspace byte for byte (pending TTLs too); what
@@ -568,6 +568,11 @@ struct sim {
     uint64_t forgotten;    /* replicas made to forget their history */
     uint64_t pushes0;      /* of them, the primary's on a replica */
     uint64_t flushes;      /* FLUSHALLs */
+    /* The primary's group holds its next PUBLISH until the replica that
+     * forgot its history is in sync: it may be the history's first
+     * record, at the sync point (a replica taking the sync point as
+     * before it lost that message: only that PUBLISH shows it). */
+    bool ps_hold;
     /* Half the seeds (drawn apart, from their own stream): the bulk
      * writer, a log of small chunks that trims, and one replica (`late`)
      * that starts when the collections are built, so its first sync is
@@ -3581,7 +3586,8 @@ static void reader_stop(sim *S) {
  * primary's messages (PUBLISH is logged), interleaved with their own
  * node's as replication goes: those are checked apart (ps_primary_msg,
  * ps_owed_done), and the replica is made once to resync in full
- * (ps_forget_history), so that its sync point is met. */
+ * (ps_forget_history), so that its sync point is met; the primary's
+ * next PUBLISH waits until it is in sync (ps_hold). */
 
 static void ps_expect(ps_conn *pc, const char *bytes, size_t n) {
     sim *S = pc->g->S;
@@ -3808,6 +3814,7 @@ static void ps_forget_history(sim *S) {
     n->srv.m.replid[0] = 0;
     kill_replicas(&S->nodes[0].srv.kv);
     S->forgotten++;
+    S->ps_hold = true;
 }
 
 /* The group's next move, after anything it got. */
@@ -3822,7 +3829,7 @@ static void ps_advance(ps_group *g) {
     if (g->phase == 1 || g->phase == 3) {
         ps_conn *pub = &g->conn[0];
         while (g->left > 0 && pub->wlen < g->depth &&
-               !lull_timer_active(&g->timer)) {
+               !lull_timer_active(&g->timer) && !(!g->node && S->ps_hold)) {
             ps_publish(g);
             g->left--;
             uint64_t think = below(&S->xrng, 3);
@@ -4506,9 +4513,15 @@ static void ps_new_history(sim *S, int i, uint64_t sync) {
     }
 }
 
-/* A replica's group waiting for the primary's messages (ps_owed_done)
- * is looked at again after each event: nothing else wakes it. */
+/* A replica's group waiting for the primary's messages (ps_owed_done),
+ * and the primary's held (ps_hold), are looked at again after each
+ * event: nothing else wakes them. */
 static void ps_wake_waiting(sim *S) {
+    if (S->ps_hold && strcmp(S->nodes[S->ps[1].node].srv.m.replid,
+                             S->nodes[0].srv.kv.replid) == 0) {
+        S->ps_hold = false;
+        lull_timer_start(&S->ps[0].timer, 0, 0);
+    }
     for (int i = 1; i < S->nps; i++) {
         ps_group *g = &S->ps[i];
         if (g->phase == 4 && !lull_timer_active(&g->timer) && ps_settled(g) &&
