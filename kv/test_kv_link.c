@@ -2515,6 +2515,32 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
     close_all(loop, &p, &r);
 }
 
+/* A snapshot's records are applied without moving the replica's offset
+ * (INFO's master_repl_offset): they are not the log's, and until the
+ * snapshot is whole the replica serves, and counts, its old keyspace's;
+ * then it is at the snapshot's offset. */
+TEST(snapshot_loading_leaves_the_replica_offset_alone) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_INLINE);
+    load_few_mb(&p);
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    while (r.m.snap) {
+        CHECK_EQ(r.kv.offset, 0);
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(r.kv.offset, r.m.snap_off);
+    run_to_sync(loop, &p, &r);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* The same on the loop (--repl-snapshot inline, and the fallback where
  * pidfd_open or fork is refused): the whole snapshot is queued on the
  * link at once, so a replica that stopped reading held a copy of the
