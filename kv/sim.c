@@ -219,8 +219,11 @@ typedef struct node {
     bool why_down;     /* a replica said why its link went down */
     /* The sync point of its history: the primary's log end when it took
      * the REPLSYNC that began it (its newest link's start). A message
-     * logged before it must not reach this replica's subscribers. */
-    uint64_t sync_point;
+     * logged before it must not reach this replica's subscribers; one
+     * from `sync_owed` on must. The two differ when the link was gone by
+     * the time the history was seen begun (over --streams its EOF can
+     * come in the same event): 0 and the log's end then bound it. */
+    uint64_t sync_point, sync_owed;
     uint64_t backoff_ms; /* its next retry's wait by link.c's rule; 0: 100 */
 } node;
 
@@ -3732,7 +3735,7 @@ static bool ps_owed_done(ps_group *g) {
     if (!S->ps0_end || n->srv.kv.offset < S->ps0_end ||
         strcmp(n->srv.m.replid, S->nodes[0].srv.kv.replid) != 0)
         return false;
-    uint64_t from = g->sub_off > n->sync_point ? g->sub_off : n->sync_point;
+    uint64_t from = g->sub_off > n->sync_owed ? g->sub_off : n->sync_owed;
     for (int j = 1; j <= S->ps[0].seq; j++) {
         int c = S->ps0_chan[j];
         if (c > 1) continue;
@@ -4480,14 +4483,16 @@ static void check_link_limits(sim *S) {
 }
 
 /* The primary's log end when it took the newest REPLSYNC of replica i
- * (its link's start; 0 when it has none). */
-static uint64_t newest_link_start(sim *S, int i) {
+ * (its link's start) into *start; false when it has no link. */
+static bool newest_link_start(sim *S, int i, uint64_t *start) {
     server *srv = &S->nodes[0].srv;
-    uint64_t start = 0;
+    bool found = false;
     for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next)
-        if (p->port == S->nodes[i].srv.port)
-            start = LULL_CONTAINER_OF(p, rlink, peer)->start;
-    return start;
+        if (p->port == S->nodes[i].srv.port) {
+            *start = LULL_CONTAINER_OF(p, rlink, peer)->start;
+            found = true;
+        }
+    return found;
 }
 
 /* Replica i began a history with sync point `sync`: its group's
@@ -4565,7 +4570,10 @@ static void check_offsets(lull_simnet *net, void *arg) {
         if (strcmp(m->replid, n->last_replid) != 0) {
             memcpy(n->last_replid, m->replid, sizeof n->last_replid);
             if (m->replid[0]) {
-                n->sync_point = newest_link_start(S, i);
+                uint64_t start;
+                bool known = newest_link_start(S, i, &start);
+                n->sync_point = known ? start : 0;
+                n->sync_owed = known ? start : S->nodes[0].srv.kv.log.end;
                 ps_new_history(S, i, n->sync_point);
                 if (S->failed) return;
             }
