@@ -224,6 +224,10 @@ typedef struct node {
      * the time the history was seen begun (over --streams its EOF can
      * come in the same event): 0 and the log's end then bound it. */
     uint64_t sync_point, sync_owed;
+    /* It logged a full sync: a new history, though its replid may read
+     * the same at the next look (a snapshot begun and loaded in one
+     * event clears it and sets it back); 2: from a snapshot. */
+    int full_seen;
     uint64_t backoff_ms; /* its next retry's wait by link.c's rule; 0: 100 */
 } node;
 
@@ -1370,7 +1374,10 @@ static void sim_log(server *srv, const char *line) {
         }
     if (strstr(line, "in sync with")) {
         if (strstr(line, "(continue)")) S->continues++;
-        if (strstr(line, "(full")) S->fulls++;
+        if (strstr(line, "(full")) {
+            S->fulls++;
+            n->full_seen = strstr(line, "snapshot") ? 2 : 1;
+        }
     }
     if (strstr(line, "(full)") || strstr(line, "full sync with"))
         check_resumable(S, n);
@@ -4567,13 +4574,18 @@ static void check_offsets(lull_simnet *net, void *arg) {
         node *n = &S->nodes[i];
         const master *m = &n->srv.m;
         uint64_t off = n->srv.kv.offset;
-        if (strcmp(m->replid, n->last_replid) != 0) {
+        if (strcmp(m->replid, n->last_replid) != 0 || n->full_seen) {
             memcpy(n->last_replid, m->replid, sizeof n->last_replid);
+            bool snap = n->full_seen == 2;
+            n->full_seen = 0;
             if (m->replid[0]) {
                 uint64_t start;
                 bool known = newest_link_start(S, i, &start);
                 n->sync_point = known ? start : 0;
                 n->sync_owed = known ? start : S->nodes[0].srv.kv.log.end;
+                /* A snapshot's: from its offset, past the link's start
+                 * by what was written before the snapshot was taken. */
+                if (snap && off > n->sync_owed) n->sync_owed = off;
                 ps_new_history(S, i, n->sync_point);
                 if (S->failed) return;
             }
