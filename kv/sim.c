@@ -81,7 +81,7 @@
  *     and PUNSUBSCRIBE too); a replica's also gets the primary's, each
  *     once, in the log's order, none logged before the sync point of the
  *     replica's history (a full resync delivers no old message), and by
- *     its end every one logged after that on the channels it keeps;
+ *     its end every one logged from it on the channels it keeps;
  *   - at the end every key the clients know holds what the model says,
  *     on the primary; every replica's link is up, at the primary's
  *     offset, with its keyspace byte for byte (pending TTLs too); what
@@ -219,8 +219,15 @@ typedef struct node {
     bool why_down;     /* a replica said why its link went down */
     /* The sync point of its history: the primary's log end when it took
      * the REPLSYNC that began it (its newest link's start). A message
-     * logged before it must not reach this replica's subscribers. */
-    uint64_t sync_point;
+     * logged before it must not reach this replica's subscribers; one
+     * from `sync_owed` on must. The two differ when the link was gone by
+     * the time the history was seen begun (over --streams its EOF can
+     * come in the same event): 0 and the log's end then bound it. */
+    uint64_t sync_point, sync_owed;
+    /* It logged a full sync: a new history, though its replid may read
+     * the same at the next look (a snapshot begun and loaded in one
+     * event clears it and sets it back); 2: from a snapshot. */
+    int full_seen;
     uint64_t backoff_ms; /* its next retry's wait by link.c's rule; 0: 100 */
 } node;
 
@@ -568,6 +575,11 @@ struct sim {
     uint64_t forgotten;    /* replicas made to forget their history */
     uint64_t pushes0;      /* of them, the primary's on a replica */
     uint64_t flushes;      /* FLUSHALLs */
+    /* The primary's group holds its next PUBLISH until the replica that
+     * forgot its history is in sync: it may be the history's first
+     * record, at the sync point (a replica taking the sync point as
+     * before it lost that message: only that PUBLISH shows it). */
+    bool ps_hold;
     /* Half the seeds (drawn apart, from their own stream): the bulk
      * writer, a log of small chunks that trims, and one replica (`late`)
      * that starts when the collections are built, so its first sync is
@@ -1362,7 +1374,10 @@ static void sim_log(server *srv, const char *line) {
         }
     if (strstr(line, "in sync with")) {
         if (strstr(line, "(continue)")) S->continues++;
-        if (strstr(line, "(full")) S->fulls++;
+        if (strstr(line, "(full")) {
+            S->fulls++;
+            n->full_seen = strstr(line, "snapshot") ? 2 : 1;
+        }
     }
     if (strstr(line, "(full)") || strstr(line, "full sync with"))
         check_resumable(S, n);
@@ -3581,7 +3596,8 @@ static void reader_stop(sim *S) {
  * primary's messages (PUBLISH is logged), interleaved with their own
  * node's as replication goes: those are checked apart (ps_primary_msg,
  * ps_owed_done), and the replica is made once to resync in full
- * (ps_forget_history), so that its sync point is met. */
+ * (ps_forget_history), so that its sync point is met; the primary's
+ * next PUBLISH waits until it is in sync (ps_hold). */
 
 static void ps_expect(ps_conn *pc, const char *bytes, size_t n) {
     sim *S = pc->g->S;
@@ -3726,7 +3742,7 @@ static bool ps_owed_done(ps_group *g) {
     if (!S->ps0_end || n->srv.kv.offset < S->ps0_end ||
         strcmp(n->srv.m.replid, S->nodes[0].srv.kv.replid) != 0)
         return false;
-    uint64_t from = g->sub_off > n->sync_point ? g->sub_off : n->sync_point;
+    uint64_t from = g->sub_off > n->sync_owed ? g->sub_off : n->sync_owed;
     for (int j = 1; j <= S->ps[0].seq; j++) {
         int c = S->ps0_chan[j];
         if (c > 1) continue;
@@ -3808,6 +3824,7 @@ static void ps_forget_history(sim *S) {
     n->srv.m.replid[0] = 0;
     kill_replicas(&S->nodes[0].srv.kv);
     S->forgotten++;
+    S->ps_hold = true;
 }
 
 /* The group's next move, after anything it got. */
@@ -3822,7 +3839,7 @@ static void ps_advance(ps_group *g) {
     if (g->phase == 1 || g->phase == 3) {
         ps_conn *pub = &g->conn[0];
         while (g->left > 0 && pub->wlen < g->depth &&
-               !lull_timer_active(&g->timer)) {
+               !lull_timer_active(&g->timer) && !(!g->node && S->ps_hold)) {
             ps_publish(g);
             g->left--;
             uint64_t think = below(&S->xrng, 3);
@@ -4473,14 +4490,16 @@ static void check_link_limits(sim *S) {
 }
 
 /* The primary's log end when it took the newest REPLSYNC of replica i
- * (its link's start; 0 when it has none). */
-static uint64_t newest_link_start(sim *S, int i) {
+ * (its link's start) into *start; false when it has no link. */
+static bool newest_link_start(sim *S, int i, uint64_t *start) {
     server *srv = &S->nodes[0].srv;
-    uint64_t start = 0;
+    bool found = false;
     for (repl_peer *p = srv->kv.peers.next; p != &srv->kv.peers; p = p->next)
-        if (p->port == S->nodes[i].srv.port)
-            start = LULL_CONTAINER_OF(p, rlink, peer)->start;
-    return start;
+        if (p->port == S->nodes[i].srv.port) {
+            *start = LULL_CONTAINER_OF(p, rlink, peer)->start;
+            found = true;
+        }
+    return found;
 }
 
 /* Replica i began a history with sync point `sync`: its group's
@@ -4506,9 +4525,15 @@ static void ps_new_history(sim *S, int i, uint64_t sync) {
     }
 }
 
-/* A replica's group waiting for the primary's messages (ps_owed_done)
- * is looked at again after each event: nothing else wakes it. */
+/* A replica's group waiting for the primary's messages (ps_owed_done),
+ * and the primary's held (ps_hold), are looked at again after each
+ * event: nothing else wakes them. */
 static void ps_wake_waiting(sim *S) {
+    if (S->ps_hold && strcmp(S->nodes[S->ps[1].node].srv.m.replid,
+                             S->nodes[0].srv.kv.replid) == 0) {
+        S->ps_hold = false;
+        lull_timer_start(&S->ps[0].timer, 0, 0);
+    }
     for (int i = 1; i < S->nps; i++) {
         ps_group *g = &S->ps[i];
         if (g->phase == 4 && !lull_timer_active(&g->timer) && ps_settled(g) &&
@@ -4549,10 +4574,18 @@ static void check_offsets(lull_simnet *net, void *arg) {
         node *n = &S->nodes[i];
         const master *m = &n->srv.m;
         uint64_t off = n->srv.kv.offset;
-        if (strcmp(m->replid, n->last_replid) != 0) {
+        if (strcmp(m->replid, n->last_replid) != 0 || n->full_seen) {
             memcpy(n->last_replid, m->replid, sizeof n->last_replid);
+            bool snap = n->full_seen == 2;
+            n->full_seen = 0;
             if (m->replid[0]) {
-                n->sync_point = newest_link_start(S, i);
+                uint64_t start;
+                bool known = newest_link_start(S, i, &start);
+                n->sync_point = known ? start : 0;
+                n->sync_owed = known ? start : S->nodes[0].srv.kv.log.end;
+                /* A snapshot's: from its offset, past the link's start
+                 * by what was written before the snapshot was taken. */
+                if (snap && off > n->sync_owed) n->sync_owed = off;
                 ps_new_history(S, i, n->sync_point);
                 if (S->failed) return;
             }

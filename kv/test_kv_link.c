@@ -2515,6 +2515,32 @@ TEST(snapshot_child_gives_up_on_a_replica_that_stopped_reading) {
     close_all(loop, &p, &r);
 }
 
+/* A snapshot's records are applied without moving the replica's offset
+ * (INFO's master_repl_offset): they are not the log's, and until the
+ * snapshot is whole the replica serves, and counts, its old keyspace's;
+ * then it is at the snapshot's offset. */
+TEST(snapshot_loading_leaves_the_replica_offset_alone) {
+    lull_loop *loop;
+    server p, r;
+    open_snap_pair(&loop, &p, &r, SNAPSHOT_INLINE);
+    load_few_mb(&p);
+    server_start(&r);
+    uint64_t t0 = now_ms();
+    while (!(r.m.snap && store_count(&r.m.snap_db) > 0)) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    while (r.m.snap) {
+        CHECK_EQ(r.kv.offset, 0);
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(r.kv.offset, r.m.snap_off);
+    run_to_sync(loop, &p, &r);
+    same_dumps(&p, &r);
+    close_all(loop, &p, &r);
+}
+
 /* The same on the loop (--repl-snapshot inline, and the fallback where
  * pidfd_open or fork is refused): the whole snapshot is queued on the
  * link at once, so a replica that stopped reading held a copy of the
@@ -3841,6 +3867,51 @@ TEST(publish_not_delivered_again_by_a_full_resync) {
     CHECK(nothing_more(loop, sub));
     same_dumps(&p, &r);
     close(sub);
+    close_all(loop, &p, &r);
+}
+
+/* Whether the primary's one link has heard the replica acknowledge
+ * `want` (INFO's slave0 offset) within 1000 turns: an ack comes over the
+ * socketpair at once, so a turn that waits is never needed. */
+static bool acked_by_link(lull_loop *loop, server *p, uint64_t want) {
+    for (int i = 0; i < 1000; i++) {
+        rlink *l = p->kv.npeers == 1
+                       ? LULL_CONTAINER_OF(p->kv.peers.next, rlink, peer)
+                       : NULL;
+        if (l && !l->c->gone && l->peer.offset == want) return true;
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    return false;
+}
+
+/* A replica that resyncs in full by a replay from 0 which ends where its
+ * old history did (nothing written meanwhile) acknowledges that offset
+ * on its new link: the acknowledgement it sent on the old one says
+ * nothing to the new link, which starts from 0. */
+TEST(full_replay_to_the_old_offset_is_acknowledged_again) {
+    lull_loop *loop;
+    server p, r;
+    snap_full = snap_continue = snap_replay = 0;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+    lull_timer_start(&guard, 20000000000ull, 0);
+    node_open(&p, loop, false);
+    primary_of = &p;
+    /* One record: each replay of it comes in one read. */
+    write_cmd(&p, "SET", "k", "v");
+    node_open(&r, loop, true);
+    r.log = count_syncs;
+    server_start(&r);
+    run_to_sync(loop, &p, &r);
+    CHECK(acked_by_link(loop, &p, p.kv.log.end));
+    CHECK_EQ(kill_replicas(&p.kv), 1);
+    while (r.m.state == M_UP)
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    r.m.replid[0] = 0; /* its keyspace is no offset's: a full resync */
+    run_to_sync(loop, &p, &r);
+    CHECK_EQ(snap_replay, 2);
+    CHECK(acked_by_link(loop, &p, p.kv.log.end));
+    same_dumps(&p, &r);
     close_all(loop, &p, &r);
 }
 
