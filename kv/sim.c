@@ -1289,6 +1289,7 @@ static void streams_accept(node *n, lull_simconn_options *o) {
 }
 
 static void run_loop(sim *S);
+static bool ps_wake_waiting(sim *S);
 
 /* The loop's run ends when no timer is referenced, but the sockets may
  * still hold bytes (the streams' fds are unreferenced so that idle
@@ -1302,7 +1303,9 @@ static void run_streams(sim *S, bool teardown) {
         lull_loop_metrics(S->loop, &a);
         lull_loop_run(S->loop, LULL_RUN_NOWAIT);
         lull_loop_metrics(S->loop, &b);
-        if ((S->failed && !teardown) || S->stuck || b.tasks_run == a.tasks_run)
+        bool woke = ps_wake_waiting(S);
+        if ((S->failed && !teardown) || S->stuck ||
+            (b.tasks_run == a.tasks_run && !woke))
             return;
     }
 }
@@ -4441,6 +4444,7 @@ static void run_loop(sim *S) {
     S->stop_asked = false;
     while (!S->stop_asked && !S->stuck && lull_loop_alive(S->loop)) {
         lull_loop_run(S->loop, LULL_RUN_ONCE);
+        ps_wake_waiting(S);
         uint64_t now = lull_loop_now(S->loop);
         if (now != S->turns_at || S->events != S->turns_events) {
             S->turns_at = now;
@@ -4527,19 +4531,28 @@ static void ps_new_history(sim *S, int i, uint64_t sync) {
 
 /* A replica's group waiting for the primary's messages (ps_owed_done),
  * and the primary's held (ps_hold), are looked at again after each
- * event: nothing else wakes them. */
-static void ps_wake_waiting(sim *S) {
+ * network event and each loop turn (run_loop, run_streams): nothing else
+ * wakes them. Over --streams a replica reads its link in a socket's
+ * callback, not a network event, and may come in sync after the last
+ * one. True when it started a group's timer. */
+static bool ps_wake_waiting(sim *S) {
+    bool woke = false;
+    if (S->failed || S->tearing_down) return false;
     if (S->ps_hold && strcmp(S->nodes[S->ps[1].node].srv.m.replid,
                              S->nodes[0].srv.kv.replid) == 0) {
         S->ps_hold = false;
         lull_timer_start(&S->ps[0].timer, 0, 0);
+        woke = true;
     }
     for (int i = 1; i < S->nps; i++) {
         ps_group *g = &S->ps[i];
         if (g->phase == 4 && !lull_timer_active(&g->timer) && ps_settled(g) &&
-            ps_owed_done(g))
+            ps_owed_done(g)) {
             lull_timer_start(&g->timer, 0, 0);
+            woke = true;
+        }
     }
+    return woke;
 }
 
 static void check_offsets(lull_simnet *net, void *arg) {
