@@ -45,8 +45,8 @@ void kv_init(kv *k) {
     repl_log_init(&k->log);
     k->log.backlog = REPL_BACKLOG_DEFAULT;
     k->peers.next = k->peers.prev = &k->peers;
-    dict_init(&k->channels, sizeof(void *));
-    dict_init(&k->patterns, sizeof(void *));
+    dict_init(&k->channels, sizeof(kv_chan));
+    dict_init(&k->patterns, sizeof(kv_chan));
 }
 
 /* The clients are reset first (kv_client_reset): no subscription is
@@ -1492,11 +1492,13 @@ static void unknown(buf *out, const resp_arg *a, size_t argc) {
     buf_free(&tmp);
 }
 
-/* Redis' words for a container's unknown subcommand: the name up to 128
+/* Redis' words for a container's subcommand refused: the name up to 128
  * bytes or its first NUL (Redis formats it as a C string), the command
  * in upper case; a CR or LF becomes a space. */
-static void unknown_sub(buf *out, const resp_arg *a) {
-    buf_str(out, "-ERR unknown subcommand '");
+void kv_reply_bad_sub(buf *out, const char *lead, const resp_arg *a) {
+    buf_str(out, "-ERR ");
+    buf_str(out, lead);
+    buf_str(out, " '");
     for (size_t i = 0; i < a[1].len && i < 128 && a[1].p[i]; i++) {
         char ch = a[1].p[i];
         buf_put(out, ch == '\r' || ch == '\n' ? " " : &ch, 1);
@@ -1519,7 +1521,7 @@ static const kv_cmd *resolve(const kv_cmd *c, const resp_arg *a, size_t argc,
     if (!c || !(c->flags & CMD_CONTAINER) || argc < 2) return c;
     const kv_cmd *s = strcmp(c->name, "config") == 0
                           ? config_subcommand(&a[1])
-                          : kv_client_subcommand(&a[1]);
+                          : kv_client_subcommand(c, &a[1]);
     *bad = !s;
     return s ? s : c;
 }
@@ -1568,7 +1570,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
     if (!c) {
         unknown(out, a, argc);
     } else if (bad_sub) {
-        unknown_sub(out, a);
+        kv_reply_bad_sub(out, "unknown subcommand", a);
     } else if (!kv_arity_ok(c, argc)) {
         wrong_args(out, c);
     } else if ((c->flags & CMD_NOMULTI) && cl && cl->multi) {

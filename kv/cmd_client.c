@@ -1,7 +1,8 @@
 /* cmd_client.c: the commands about a client's own state: MULTI, EXEC and
  * DISCARD (a transaction: commands queued, then run at once on the loop,
  * nothing else running between them), pub/sub (SUBSCRIBE, UNSUBSCRIBE,
- * PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH), CLIENT, and SELECT (one database).
+ * PSUBSCRIBE, PUNSUBSCRIBE, PUBLISH, PUBSUB), CLIENT, and SELECT (one
+ * database).
  *
  * A transaction's writes reach the log between a MULTI and an EXEC record
  * (only when it wrote something), and a replica applies the records
@@ -40,11 +41,6 @@ struct kv_sub {
     bool pattern;
 };
 
-/* A channel's (or pattern's) subscribers: the user data of its entry. */
-typedef struct kv_chan {
-    kv_sub *head;
-} kv_chan;
-
 static kv_chan *chan_of(dict_entry *e) {
     return (kv_chan *)dict_data(e);
 }
@@ -78,6 +74,7 @@ static void queue_free(kv_client *cl) {
 static void unsubscribe(kv *k, kv_client *cl, kv_sub *s) {
     int kind = s->pattern;
     k->pubsub_steps++;
+    chan_of(s->chan)->subs--;
     if (s->cprev)
         s->cprev->cnext = s->cnext;
     else
@@ -247,6 +244,7 @@ static bool add_sub(kv *k, kv_client *cl, const resp_arg *name, bool pattern) {
     s->cnext = chan_of(e)->head;
     if (s->cnext) s->cnext->cprev = s;
     chan_of(e)->head = s;
+    chan_of(e)->subs++;
     s->mprev = cl->last[pattern];
     if (s->mprev)
         s->mprev->mnext = s;
@@ -376,6 +374,99 @@ static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
      * KV_PLANT_PUBLISH_UNLOGGED, repl.h: not logged.) */
     if (!(k->plant & KV_PLANT_PUBLISH_UNLOGGED)) kv_log(k, a, 3);
     buf_int(out, ':', w.n);
+}
+
+/* ---------------------------------------------------------------- PUBSUB */
+
+typedef struct channels_walk {
+    const resp_arg *pat; /* NULL: every channel */
+    buf tmp;             /* the names found, as bulk strings */
+    long long n;
+} channels_walk;
+
+static void channels_visit(const dict *d, dict_entry *e, void *arg) {
+    channels_walk *w = arg;
+    const char *name = dict_key(d, e);
+    if (w->pat && !kv_glob(w->pat->p, w->pat->len, name, e->klen, false))
+        return;
+    buf_bulk(&w->tmp, name, e->klen);
+    w->n++;
+}
+
+/* PUBSUB CHANNELS [pattern]: the channels with a subscriber (a channel
+ * goes with its last one), in the order of the table, as Redis' (whose
+ * order is its own table's). */
+static void cmd_pubsub_channels(kv *k, kv_client *cl, const resp_arg *a,
+                                size_t argc, buf *out) {
+    (void)cl;
+    if (argc > 3) {
+        kv_reply_bad_sub(out,
+                         "unknown subcommand or wrong number of "
+                         "arguments for",
+                         a);
+        return;
+    }
+    channels_walk w = {0};
+    if (argc == 3) w.pat = &a[2];
+    uint64_t cur = 0;
+    do
+        cur = dict_scan(&k->channels, cur, SIZE_MAX, channels_visit, &w);
+    while (cur);
+    buf_int(out, '*', w.n);
+    buf_put(out, w.tmp.p, w.tmp.len);
+    if (w.tmp.oom) out->oom = true;
+    buf_free(&w.tmp);
+}
+
+/* PUBSUB NUMSUB [channel ...]: each channel and its subscribers, not
+ * counting pattern subscriptions. */
+static void cmd_pubsub_numsub(kv *k, kv_client *cl, const resp_arg *a,
+                              size_t argc, buf *out) {
+    (void)cl;
+    buf_int(out, '*', 2 * (long long)(argc - 2));
+    for (size_t i = 2; i < argc; i++) {
+        dict_entry *e = dict_find(&k->channels, a[i].p, a[i].len);
+        buf_bulk(out, a[i].p, a[i].len);
+        buf_int(out, ':', e ? (long long)chan_of(e)->subs : 0);
+    }
+}
+
+/* PUBSUB NUMPAT: the patterns with a subscriber (as Redis 7.0 counts:
+ * a pattern two clients hold is one). */
+static void cmd_pubsub_numpat(kv *k, kv_client *cl, const resp_arg *a,
+                              size_t argc, buf *out) {
+    (void)cl;
+    (void)a;
+    (void)argc;
+    buf_int(out, ':', (long long)k->patterns.count);
+}
+
+static void cmd_pubsub_help(kv *k, kv_client *cl, const resp_arg *a,
+                            size_t argc, buf *out) {
+    (void)k;
+    (void)cl;
+    (void)a;
+    (void)argc;
+    static const char *const help[] = {
+        "PUBSUB <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
+        "CHANNELS [<pattern>]",
+        "    Return the currently active channels matching a <pattern> "
+        "(default: '*').",
+        "NUMPAT",
+        "    Return number of subscriptions to patterns.",
+        "NUMSUB [<channel> ...]",
+        "    Return the number of subscribers for the specified channels, "
+        "excluding",
+        "    pattern subscriptions(default: no channels).",
+        "HELP",
+        "    Prints this help.",
+    };
+    buf_int(out, '*', (long long)(sizeof help / sizeof *help));
+    for (size_t i = 0; i < sizeof help / sizeof *help; i++) {
+        buf_str(out, "+");
+        buf_str(out, help[i]);
+        buf_str(out, "\r\n");
+    }
 }
 
 /* ------------------------------------------------------------- SELECT */
@@ -854,16 +945,39 @@ static const kv_cmd client_subcommands[] = {
     {"client|setinfo", 4, 0, cmd_client_setinfo},
 };
 
-const kv_cmd *kv_client_subcommand(const resp_arg *name) {
-    for (size_t i = 0;
-         i < sizeof client_subcommands / sizeof *client_subcommands; i++)
-        if (resp_is(name, client_subcommands[i].name + sizeof "client|" - 1))
-            return &client_subcommands[i];
+/* Redis' names and arities (its SHARDCHANNELS and SHARDNUMSUB are for
+ * sharded channels, which lull-kv has not); they queue inside MULTI and
+ * are refused while subscribed. */
+static const kv_cmd pubsub_subcommands[] = {
+    {"pubsub|channels", -2, 0, cmd_pubsub_channels},
+    {"pubsub|numsub", -2, 0, cmd_pubsub_numsub},
+    {"pubsub|numpat", 2, 0, cmd_pubsub_numpat},
+    {"pubsub|help", 2, 0, cmd_pubsub_help},
+};
+
+static const kv_cmd *find_subcommand(const kv_cmd *table, size_t n,
+                                     const resp_arg *name) {
+    for (size_t i = 0; i < n; i++) {
+        const char *sub = strchr(table[i].name, '|') + 1;
+        if (resp_is(name, sub)) return &table[i];
+    }
     return NULL;
+}
+
+const kv_cmd *kv_client_subcommand(const kv_cmd *container,
+                                   const resp_arg *name) {
+    if (strcmp(container->name, "pubsub") == 0)
+        return find_subcommand(
+            pubsub_subcommands,
+            sizeof pubsub_subcommands / sizeof *pubsub_subcommands, name);
+    return find_subcommand(
+        client_subcommands,
+        sizeof client_subcommands / sizeof *client_subcommands, name);
 }
 
 static const kv_cmd client_commands[] = {
     {"client", -2, CMD_CONTAINER, NULL},
+    {"pubsub", -2, CMD_CONTAINER, NULL},
     {"multi", 1, CMD_NOQUEUE, cmd_multi},
     {"exec", 1, CMD_NOQUEUE, cmd_exec},
     {"discard", 1, CMD_NOQUEUE, cmd_discard},

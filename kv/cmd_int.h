@@ -34,11 +34,25 @@ typedef struct kv_cmd {
     kv_cmd_fn *fn;    /* NULL for a container and a CMD_SERVER command */
 } kv_cmd;
 
-/* CLIENT's subcommand named by name, or NULL (CONFIG, the other
- * CMD_CONTAINER command, has its table in cmd.c). The subcommand is found
- * before the checks (an unknown one is refused as Redis refuses it, spoiling a
- * transaction), and its own arity and flags are the ones checked. */
-const kv_cmd *kv_client_subcommand(const resp_arg *name);
+/* The subcommand of CLIENT or PUBSUB (container) named by name, or NULL
+ * (CONFIG, the other CMD_CONTAINER command, has its table in cmd.c). The
+ * subcommand is found before the checks (an unknown one is refused as
+ * Redis refuses it, spoiling a transaction), and its own arity and flags
+ * are the ones checked. */
+const kv_cmd *kv_client_subcommand(const kv_cmd *container,
+                                   const resp_arg *name);
+/* Redis' error for a container's subcommand it does not know (lead
+ * "unknown subcommand"), or one a subcommand's own check refuses (lead
+ * "unknown subcommand or wrong number of arguments for"): a[1] as sent,
+ * a[0] in upper case. */
+void kv_reply_bad_sub(buf *out, const char *lead, const resp_arg *a);
+
+/* A channel's (or pattern's) subscribers: the data of its entry in
+ * kv.channels or kv.patterns. */
+typedef struct kv_chan {
+    kv_sub *head;
+    size_t subs; /* how many: PUBSUB NUMSUB in one step */
+} kv_chan;
 
 /* The commands of cmd_types.c and cmd_client.c: add them to the table. */
 void kv_types_init(void);

@@ -1300,7 +1300,7 @@ def pubsub_step(r, a, b, sa, sb, subs, hist):
     (a, b) with the messages it delivers; subs is the subscriber's
     [channels, patterns] as this script models them."""
     chans, pats = subs
-    c = r.randrange(9)
+    c = r.randrange(10)
     if c == 0:
         names = [r.choice(CHANNELS) for _ in range(r.randint(1, 3))]
         cmd, n = [b"SUBSCRIBE"] + names, len(names)
@@ -1333,6 +1333,20 @@ def pubsub_step(r, a, b, sa, sb, subs, hist):
                            [b"NOSUCH"], [b"subscribe"]]), 1
         if cmd == [b"subscribe"]:
             n = 1  # no channel: an arity error
+    elif c == 6:
+        # what the subscriber's channels and patterns add up to, asked
+        # on another connection
+        cmd = [b"PUBSUB"] + r.choice([
+            [b"NUMSUB"] + [r.choice(CHANNELS) for _ in range(r.randint(0, 3))],
+            [b"NUMPAT"], [b"CHANNELS"], [b"CHANNELS", r.choice(CPATTERNS)],
+            [b"CHANNELS", b"*", b"x"], [b"NUMPAT", b"x"], [b"SHARDX"]])
+        hist.append(cmd)
+        x, y = a.ask(cmd), b.ask(cmd)
+        if cmd[1] == b"CHANNELS" and isinstance(x[1], list):
+            # in each server's own table order
+            x, y = sorted(x[1]), (sorted(y[1]) if isinstance(y[1], list)
+                                  else y)
+        return (cmd, x, y) if x != y else None
     else:
         ch = r.choice(CHANNELS)
         cmd = [b"PUBLISH", ch, pick_word(r)]

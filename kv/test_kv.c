@@ -1812,6 +1812,86 @@ TEST(pubsub_fan_out) {
     kv_free(&k);
 }
 
+TEST(pubsub_counts_as_redis) {
+    /* Replies as redis-server 7.0 gave them: NUMSUB counts a channel's
+     * subscribers (not its patterns'), in the order asked, names as sent;
+     * NUMPAT counts each pattern once however many hold it; CHANNELS
+     * lists channels with a subscriber, matching the glob. */
+    kv k;
+    kv_setup(&k, false);
+    buf o1 = {0}, o2 = {0}, out = {0};
+    kv_client a, b, c;
+    kv_client_init(&a, NULL, &o1);
+    kv_client_init(&b, NULL, &o2);
+    kv_client_init(&c, NULL, &out);
+    exec_cl(&k, &a, &o1, "SUBSCRIBE news sport");
+    exec_cl(&k, &b, &o2, "SUBSCRIBE news");
+    exec_cl(&k, &a, &o1, "PSUBSCRIBE n* s?ort");
+    exec_cl(&k, &b, &o2, "PSUBSCRIBE n*");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB NUMSUB news sport none news"),
+                "*8\r\n$4\r\nnews\r\n:2\r\n$5\r\nsport\r\n:1\r\n"
+                "$4\r\nnone\r\n:0\r\n$4\r\nnews\r\n:2\r\n");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB NUMSUB"), "*0\r\n");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "pubsub numpat"), ":2\r\n");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB CHANNELS s*"),
+                "*1\r\n$5\r\nsport\r\n");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB CHANNELS x*"), "*0\r\n");
+    exec_cl(&k, &c, &out, "PUBSUB CHANNELS");
+    CHECK(strncmp(out.p, "*2\r\n", 4) == 0 && strstr(out.p, "$4\r\nnews\r\n") &&
+          strstr(out.p, "$5\r\nsport\r\n"));
+    /* One of two leaves: the count follows; the last: the channel goes. */
+    exec_cl(&k, &b, &o2, "UNSUBSCRIBE news");
+    exec_cl(&k, &a, &o1, "PUNSUBSCRIBE n*");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB NUMSUB news"),
+                "*2\r\n$4\r\nnews\r\n:1\r\n");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB NUMPAT"), ":2\r\n");
+    kv_client_reset(&k, &a);
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB NUMSUB news sport"),
+                "*4\r\n$4\r\nnews\r\n:0\r\n$5\r\nsport\r\n:0\r\n");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB CHANNELS"), "*0\r\n");
+    CHECK_REPLY(exec_cl(&k, &c, &out, "PUBSUB NUMPAT"), ":1\r\n");
+    kv_client_reset(&k, &b);
+    kv_client_reset(&k, &c);
+    buf_free(&o1);
+    buf_free(&o2);
+    buf_free(&out);
+    kv_free(&k);
+}
+
+TEST(pubsub_refusals_as_redis) {
+    kv k;
+    buf out;
+    kv_client cl;
+    open_kv_with_client(&k, false, &cl, &out);
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "PUBSUB"),
+                "-ERR wrong number of arguments for 'pubsub' command\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "PUBSUB NUMPAT x"),
+                "-ERR wrong number of arguments for 'pubsub|numpat' "
+                "command\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "PUBSUB Channels a b"),
+                "-ERR unknown subcommand or wrong number of arguments for "
+                "'Channels'. Try PUBSUB HELP.\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "pubsub shardchannels"),
+                "-ERR unknown subcommand 'shardchannels'. Try PUBSUB "
+                "HELP.\r\n");
+    exec_cl(&k, &cl, &out, "PUBSUB HELP");
+    CHECK(strncmp(out.p, "*10\r\n+PUBSUB <subcommand>", 25) == 0);
+    /* Queued in a transaction, and an unknown one spoils it. */
+    exec_cl(&k, &cl, &out, "MULTI");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "PUBSUB NUMPAT"), "+QUEUED\r\n");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "EXEC"), "*1\r\n:0\r\n");
+    exec_cl(&k, &cl, &out, "MULTI");
+    exec_cl(&k, &cl, &out, "PUBSUB NOPE");
+    CHECK(strncmp(exec_cl(&k, &cl, &out, "EXEC"), "-EXECABORT", 10) == 0);
+    /* Not while subscribed (RESP2), as any command but pub/sub's own. */
+    exec_cl(&k, &cl, &out, "SUBSCRIBE c");
+    CHECK_REPLY(exec_cl(&k, &cl, &out, "PUBSUB NUMSUB c"),
+                "-ERR Can't execute 'pubsub|numsub': only (P|S)SUBSCRIBE / "
+                "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this "
+                "context\r\n");
+    close_kv_with_client(&k, &cl, &out);
+}
+
 static void count_visit(const dict *d, dict_entry *e, void *arg) {
     (void)d;
     (void)e;
@@ -2989,7 +3069,7 @@ TEST(exec_refused_aborts_the_transaction_as_redis) {
 
 TEST(unknown_command_words_end_at_a_nul_as_redis) {
     /* Redis prints an unknown command's name and arguments with %s: each
-     * ends at its first NUL (unknown_sub already did so). lull-kv wrote
+     * ends at its first NUL (kv_reply_bad_sub already did so). lull-kv wrote
      * the NUL and what follows into the error line. */
     kv k;
     kv_setup(&k, false);
