@@ -183,6 +183,7 @@ static const struct {
     {"sintercard", 0},
     {"zpopmax", 'z'},
     {"zmscore", 'z'},
+    {"pubsub", 0},
 };
 #define NNAMES    (sizeof names / sizeof names[0])
 #define CLOCK_OPS 218 /* a step's byte from here on: not a command */
@@ -214,7 +215,7 @@ static const char *const tokens[] = {
     "GETNAME", "SKIPME", "USER", "ADDR", "yes", "no", "default", "HELP", "GET",
     "SET", "RESETSTAT", "maxmemory", "*max*", "all", "everything", "keyspace",
     "ch", "BEFORE", "AFTER", "LEFT", "RIGHT", "RANK", "MAXLEN", "x\r\ny",
-    "\0a"};
+    "CHANNELS", "NUMSUB", "NUMPAT", "\0a"};
 #define NTOKENS (sizeof tokens / sizeof tokens[0])
 #define RAW                                                                    \
     236 /* an argument byte from here on: raw bytes (255: a big one)           \

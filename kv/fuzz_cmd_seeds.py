@@ -108,8 +108,9 @@ SEEDS = {
                      "MULTI", "GET k", "DISCARD", "DBSIZE", "TYPE l",
                      "KEYS *", "SCAN 0"),
     "pubsub": program("SUBSCRIBE a", "PUBLISH a b", "PSUBSCRIBE *a*",
-                      "UNSUBSCRIBE", "PUNSUBSCRIBE", "PING", "CLIENT SETNAME a",
-                      "ECHO a", "FLUSHALL"),
+                      "PUBSUB NUMSUB a", "UNSUBSCRIBE", "PUBSUB CHANNELS *a*",
+                      "PUNSUBSCRIBE", "PUBSUB NUMPAT", "PING",
+                      "CLIENT SETNAME a", "ECHO a", "FLUSHALL"),
 }
 
 if __name__ == "__main__":
