@@ -250,9 +250,10 @@ LULL_EXTERN int lull_loop_shuffle(lull_loop *loop, bool on, uint64_t seed);
  * tell. A notifier whose listeners are on this loop is put right here:
  * its quiesce does not wait for a raiser the child lacks, and a raise
  * claimed but not pushed is made in the child.
- * 0, or a negative errno: the loop is then unusable in the child; -EINVAL
- * (the loop untouched) in a process that has not forked since the loop was
- * made or last given its own state. */
+ * 0, or a negative errno (-EMFILE, -ENOMEM ...): the parent's loop is
+ * untouched, and the child calls it again (an fd freed, say) before it
+ * uses the loop; -EINVAL (the loop untouched) in a process that has not
+ * forked since the loop was made or last given its own state. */
 LULL_EXTERN int lull_loop_fork(lull_loop *loop);
 
 /* The ready-queue link shared by tasks and timers. Owned by the loop; its

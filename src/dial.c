@@ -225,8 +225,10 @@ static bool start_one(lull_dial *d) {
         struct addrinfo *ai = d->order[d->next++];
         int fd = socket(ai->ai_family,
                         SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        /* Never the program's closed stdio (lull__fd_above_stdio). */
+        fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
         if (fd < 0) {
-            d->status = -errno;
+            d->status = fd;
             continue;
         }
         d->attempts++;

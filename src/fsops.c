@@ -33,6 +33,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "internal.h"
 #include "lull.h"
 #include "pool.h"
 
@@ -358,8 +359,11 @@ static void scandir_run(lull_fs *req) {
     st->n = 0;
     if (!st->d) {
         int fd = open(req->path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        /* Held from batch to batch: never the program's closed stdio
+         * (lull__fd_above_stdio). */
+        fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
         if (fd < 0) {
-            st->err = -errno;
+            st->err = fd;
             return;
         }
         st->d = fdopendir(fd);

@@ -595,7 +595,8 @@ int64_t lull__timers_next_ns(lull_loop *loop, uint64_t now);
 void lull__io_setup(lull_loop *loop, lull_io *io, int fd, lull_io_fn fn);
 void lull__io_dispatch(lull_loop *loop, lull_io *io, int events);
 /* An fd lull keeps for itself (an epoll set, an eventfd, a signalfd, a
- * pidfd, a stream's end), moved above 2 if it took 0, 1 or 2: those are
+ * pidfd, a socket or pipe end it made, a copy of an fd queued to send),
+ * moved above 2 if it took 0, 1 or 2: those are
  * free only because the program closed its stdin, stdout or stderr, and an
  * fd of lull's there would be what the program reads and writes as such,
  * and what every child spawned with its stdio inherited gets. Owns fd:

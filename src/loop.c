@@ -876,6 +876,10 @@ int lull_loop_fork(lull_loop *loop) {
      * process's own, in use by a host (its fd) and by posting threads. */
     if (loop->pid == getpid()) return -EINVAL;
     LULL_ASSERT_LOOP_THREAD(loop);
+    /* A failure at any step returns with loop->pid still the parent's, so
+     * the child may call again (an fd freed): each step redoes what it
+     * did, and none has touched the parent's state (test_faults,
+     * fork_failing_midway_can_be_called_again). */
     /* Before the rebuild, which registers the inotify fd's number. */
     int err = lull__fsevents_fork(loop);
     if (err == 0) err = lull__signals_fork(loop);

@@ -1892,7 +1892,9 @@ int lull__stream_connect(lull_loop *loop, lull_stream *s, int family,
     if (rc < 0) return rc;
     LULL_ASSERT_LOOP_THREAD(loop);
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -errno;
+    /* Never the program's closed stdio (lull__fd_above_stdio). */
+    fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+    if (fd < 0) return fd;
     rc = setup(loop, s, fd, opts, family != AF_UNIX);
     if (rc < 0) {
         close(fd);
@@ -2050,7 +2052,7 @@ int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,
     for (int i = 0; i < nfds; i++) {
         /* A copy, so the caller may close theirs at once, and a number that
          * is not open is refused here rather than failing a later write. */
-        int fd = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD_CLOEXEC, 0);
+        int fd = fds[i] < 0 ? -1 : fcntl(fds[i], F_DUPFD_CLOEXEC, 3);
         if (fd < 0) {
             int err = fds[i] < 0 ? EBADF : errno;
             batch_free(b);
@@ -2205,6 +2207,13 @@ static void server_io(lull_io *io, int events) {
     lull_server *srv = LULL_CONTAINER_OF(io, lull_server, io);
     for (int i = 0; i < ACCEPT_BATCH; i++) {
         int fd = accept4(io->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        /* Never the program's closed stdio (lull__fd_above_stdio). With
+         * no fd free above 2 the connection is closed, and accepting
+         * pauses as for accept4's own EMFILE. */
+        if (fd >= 0 && fd <= 2 && (fd = lull__fd_above_stdio(fd)) < 0) {
+            errno = -fd;
+            fd = -1;
+        }
         if (fd < 0) {
             int err = errno;
             if (err == EINTR || err == ECONNABORTED || err == EPROTO) continue;
@@ -2270,7 +2279,8 @@ int lull__server_listen(lull_loop *loop, lull_server *srv, int family,
     memset(srv, 0, sizeof *srv);
     srv->pending = -1;
     int fd = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -errno;
+    fd = fd < 0 ? -errno : lull__fd_above_stdio(fd); /* never 0 to 2 */
+    if (fd < 0) return fd;
     int one = 1;
     if (family != AF_UNIX)
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);

@@ -310,7 +310,8 @@ static int open_anew(int fd) {
     char name[PATH_MAX];
     if (pty_master(fd) || ttyname_r(fd, name, sizeof name) != 0) return -1;
     int nfd = open(name, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-    if (nfd < 0) return -1;
+    /* Never the program's closed stdio (lull__fd_above_stdio). */
+    if (nfd < 0 || (nfd = lull__fd_above_stdio(nfd)) < 0) return -1;
     struct stat a, b;
     if (fstat(fd, &a) < 0 || fstat(nfd, &b) < 0 || a.st_rdev != b.st_rdev) {
         close(nfd);
@@ -342,7 +343,7 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
         /* No name: the shared description, given its flags back later. */
         t->fl_saved = fcntl(fd, F_GETFL);
         if (t->fl_saved >= 0) flags_before_lull(fd, &t->fl_saved);
-        t->ctl = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        t->ctl = fcntl(fd, F_DUPFD_CLOEXEC, 3); /* never 0 to 2 */
         if (t->fl_saved < 0 || t->ctl < 0) {
             int err = -errno;
             if (t->ctl >= 0) close(t->ctl);
@@ -356,7 +357,7 @@ int lull_tty_init(lull_loop *loop, lull_tty *t, int fd,
             return rc;
         }
     }
-    int sfd = fcntl(t->ctl, F_DUPFD_CLOEXEC, 0);
+    int sfd = fcntl(t->ctl, F_DUPFD_CLOEXEC, 3);
     int rc = sfd < 0 ? -errno : 0;
     if (rc == 0) {
         lull_stream_options so = {0};

@@ -304,7 +304,9 @@ static int adopt(lull_udp *udp, int fd) {
 
 static int make_socket(lull_udp *udp, int family) {
     int fd = socket(family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -errno;
+    /* Never the program's closed stdio (lull__fd_above_stdio). */
+    fd = fd < 0 ? -errno : lull__fd_above_stdio(fd);
+    if (fd < 0) return fd;
     int rc = adopt(udp, fd);
     if (rc < 0) close(fd);
     return rc;

@@ -1509,3 +1509,56 @@ TEST(failed_lookups_say_why) {
     dial_failing(EAI_NONAME, 0, FAILING_NAME, -EHOSTUNREACH, EAI_NONAME);
     dial_failing(0, 0, UNIX_ONLY_NAME, -EHOSTUNREACH, EAI_NONAME);
 }
+
+/* A program that closed its stdin, stdout and stderr, then dialed: the
+ * attempt's socket took 0 and became the stream's, which the program's
+ * own reads of stdin, and a child spawned with its stdio inherited, then
+ * shared with lull. It stays above 2 (as test_stream's
+ * sockets_never_take_closed_stdio), and 0 to 2 stay closed. */
+static int dialed_fd = -1;
+
+static void on_dial_keep_fd(lull_dial *d, int status) {
+    dialed_fd = status == 0 ? lull_stream_fd(d->stream) : status;
+    on_dial(d, status);
+}
+
+TEST(dial_socket_never_takes_closed_stdio) {
+    reset();
+    lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+    int port, lfd = listener(AF_INET, 8, &port);
+    addrs l = {0};
+    add(&l, AF_INET, port);
+    lull_dial d = {0};
+    lull_stream s;
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = dup(i);
+        CHECK(saved[i] > 2);
+    }
+    for (int i = 0; i < 3; i++)
+        close(i);
+    int started =
+        lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial_keep_fd);
+    for (int i = 0; i < 100 && started == 0 && !dial_calls; i++)
+        if (lull_loop_settle(loop) < 0) break;
+    bool stdio_closed[3];
+    for (int i = 0; i < 3; i++)
+        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
+    /* Back before any check can print. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(started, 0);
+    CHECK_EQ(dial_calls, 1);
+    CHECK_EQ(dial_status, 0);
+    CHECK(dialed_fd > 2);
+    for (int i = 0; i < 3; i++)
+        CHECK(stdio_closed[i]);
+    CHECK_EQ(accepted(lfd), 1);
+    CHECK(lull_loop_settle(loop) >= 0);
+    close(lfd);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

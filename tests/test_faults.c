@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1847,5 +1848,155 @@ TEST(failed_unix_listen_leaves_no_socket_file) {
     CHECK_EQ(lull_server_listen_unix(loop, &u, path, 0, on_no_connection), 0);
     lull_server_close(&u);
     unlink(path);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* ----------------------------------------- lull_loop_fork failing midway */
+
+/* lull_loop_fork in a child whose epoll_ctl fails (ENOMEM: out of kernel
+ * memory) at each of its steps in turn: the rebuild of the epoll set and
+ * the registration of the child's own eventfd. The call says -ENOMEM, and
+ * once the kernel has memory again a second call gives the child a
+ * working loop (its pipe watcher, signal handle, fs watch and remote
+ * posts), while the parent's loop, the same handles, goes on as before
+ * after each child. */
+typedef struct forked_case {
+    lull_loop *loop;
+    lull_io io;
+    int pipe[2];
+    int reads;
+    lull_signal sig;
+    int signals;
+    lull_fsevent watch;
+    unsigned fs_events;
+    lull_task post;
+    int posts;
+} forked_case;
+
+static forked_case g_fc;
+
+static void fc_readable(lull_io *io, int events) {
+    (void)io;
+    CHECK(events & LULL_READABLE);
+    char c;
+    CHECK_EQ(read(g_fc.pipe[0], &c, 1), 1);
+    g_fc.reads++;
+}
+
+static void fc_signal(lull_signal *s, int signum) {
+    (void)s;
+    CHECK_EQ(signum, SIGUSR1);
+    g_fc.signals++;
+}
+
+static void fc_fsevent(lull_fsevent *w, unsigned events, const char *name,
+                       const char *other) {
+    (void)w;
+    (void)name;
+    (void)other;
+    g_fc.fs_events |= events;
+}
+
+static void fc_posted(lull_task *t) {
+    (void)t;
+    g_fc.posts++;
+}
+
+static void *fc_poster(void *arg) {
+    lull_task_post_remote(arg, &g_fc.post);
+    return NULL;
+}
+
+static void fc_guard(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "pid %d: the loop heard nothing in 10 s",
+               (int)getpid());
+}
+
+/* Each of a byte on the pipe, a SIGUSR1 and a remote post from another
+ * thread reaches its handle through the loop's own kernel state. */
+static void fc_check_working(void) {
+    lull_loop *loop = g_fc.loop;
+    lull_timer guard;
+    lull_timer_init(loop, &guard, fc_guard);
+    lull_timer_start(&guard, 10ull * 1000000000u, 0);
+    lull_timer_unref(&guard);
+    int reads = g_fc.reads, signals = g_fc.signals, posts = g_fc.posts;
+    CHECK_EQ(write(g_fc.pipe[1], "x", 1), 1);
+    while (g_fc.reads == reads)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+    while (g_fc.signals == signals)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    pthread_t th;
+    CHECK_EQ(pthread_create(&th, NULL, fc_poster, loop), 0);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    while (g_fc.posts == posts)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
+}
+
+TEST_THREADED(fork_failing_midway_can_be_called_again) {
+    lull_loop *loop = new_loop();
+    g_fc.loop = loop;
+    CHECK_EQ(pipe2(g_fc.pipe, O_CLOEXEC), 0);
+    CHECK_EQ(lull_io_init(loop, &g_fc.io, g_fc.pipe[0], fc_readable), 0);
+    CHECK_EQ(lull_io_start(&g_fc.io, LULL_READABLE), 0);
+    CHECK_EQ(lull_signal_init(loop, &g_fc.sig, fc_signal), 0);
+    CHECK_EQ(lull_signal_start(&g_fc.sig, SIGUSR1), 0);
+    char dir[] = "/tmp/lull-faults-fork-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    CHECK_EQ(lull_fsevent_init(loop, &g_fc.watch), 0);
+    CHECK_EQ(lull_fsevent_start(&g_fc.watch, dir, fc_fsevent), 0);
+    lull_task_init(&g_fc.post, fc_posted);
+    CHECK(lull_loop_backend_fd(loop) >= 0); /* a host's set, too */
+    fc_check_working();
+    int failed = 0;
+    for (uint64_t nth = 1;; nth++) {
+        fflush(NULL);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            shim_reset(1);
+            add_rule(K_EPOLL_CTL, -1, EPOLL_CTL_ADD, nth, 1, 1,
+                     (const int[]){ENOMEM}, 1);
+            arm(true);
+            int rc = lull_loop_fork(loop);
+            arm(false);
+            bool hit = hits_of(&rules[0]) > 0;
+            if (hit) {
+                CHECK_EQ(rc, -ENOMEM);
+                CHECK_EQ(lull_loop_fork(loop), 0);
+            } else {
+                CHECK_EQ(rc, 0);
+            }
+            fc_check_working();
+            /* The inherited watch ended in the child. */
+            CHECK(g_fc.fs_events & LULL_FSEVENT_GONE);
+            CHECK(lull_loop_backend_fd(loop) >= 0);
+            fflush(NULL);
+            _exit(hit ? 10 : 11);
+        }
+        int status;
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 10 || WEXITSTATUS(status) == 11);
+        /* The parent's loop, after the child's. */
+        fc_check_working();
+        CHECK(!(g_fc.fs_events & LULL_FSEVENT_GONE));
+        if (WEXITSTATUS(status) == 11) break; /* no call left to fail */
+        failed++;
+        CHECK(nth < 64);
+    }
+    /* The rebuild registers the three watchers, then the eventfd. */
+    CHECK(failed >= 4);
+    printf("lull_loop_fork failed at %d epoll_ctl calls, each retried\n",
+           failed);
+    lull_fsevent_stop(&g_fc.watch);
+    lull_signal_stop(&g_fc.sig);
+    lull_io_stop(&g_fc.io);
+    close(g_fc.pipe[0]);
+    close(g_fc.pipe[1]);
+    rmdir(dir);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -8,11 +8,17 @@
  * timer that fails the case. */
 #include "check.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <lull.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -748,4 +754,290 @@ TEST_THREADED(fork_child_host_waiting_hears_a_post_made_after_the_fork) {
 
 TEST_THREADED(fork_child_host_waiting_hears_a_post_made_before_the_fork) {
     host_waits_across_a_fork(true);
+}
+
+/* ------------------------------------------- nothing of lull's crosses exec */
+
+/* Every fd lull opens is close-on-exec, whoever execs: a program that
+ * runs fork() and exec (system(), posix_spawn, another library's spawn)
+ * while lull's handles are open must not hand its child the loop's epoll
+ * set, eventfds, signalfd, inotify fd, sockets or pipes (a child holding
+ * a listening socket keeps the port bound after the parent closes it; one
+ * holding a pipe's write end keeps the reader from ever seeing EOF). One
+ * handle of each kind is opened, the fds that appeared since are listed,
+ * each must carry FD_CLOEXEC, and a child forked and exec'd (/bin/sh,
+ * blocked reading a pipe) must hold none of them. lull_process's own
+ * children are covered in test_process: its spawn closes every fd. */
+
+#define FD_SET_MAX 1024
+
+typedef struct fd_list {
+    int n;
+    int fd[FD_SET_MAX];
+} fd_list;
+
+static void list_fds(fd_list *out) {
+    out->n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    CHECK(d != NULL);
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        int fd = atoi(e->d_name);
+        if (fd == dirfd(d)) continue;
+        CHECK(out->n < FD_SET_MAX);
+        out->fd[out->n++] = fd;
+    }
+    closedir(d);
+}
+
+static bool in_list(const fd_list *l, int fd) {
+    for (int i = 0; i < l->n; i++)
+        if (l->fd[i] == fd) return true;
+    return false;
+}
+
+/* What /proc/<pid>/fd/<fd> names ("socket:[123]", "anon_inode:[eventfd]",
+ * a path), or "" when the fd is not open there. */
+static void fd_target(pid_t pid, int fd, char *buf, size_t len) {
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)pid, fd);
+    ssize_t n = readlink(path, buf, len - 1);
+    buf[n < 0 ? 0 : n] = '\0';
+}
+
+typedef struct every_kind {
+    lull_loop *loop;
+    lull_server srv, usrv;
+    lull_stream client, accepted, piped, dialed;
+    int accepts;
+    int connects;
+    int dial_status;
+    bool dial_done;
+    lull_dial dial;
+    lull_udp udp;
+    lull_signal sig;
+    lull_fsevent watch;
+    lull_process proc;
+    int exits;
+    lull_pool *pool;
+    lull_fs open_req;
+    int64_t opened;
+    bool open_done;
+    lull_percore *pc;
+    char dir[64];
+    char sock[96];
+} every_kind;
+
+static every_kind g_ek;
+
+static void ek_accept(lull_server *srv) {
+    (void)srv;
+    if (g_ek.accepts++ == 0)
+        CHECK_EQ(lull_server_accept(&g_ek.srv, &g_ek.accepted, NULL), 0);
+}
+
+static void ek_uaccept(lull_server *srv) {
+    (void)srv;
+    check_fail(__FILE__, __LINE__, "nobody connects to the unix server");
+}
+
+static void ek_connected(lull_stream *s, int status) {
+    (void)s;
+    CHECK_EQ(status, 0);
+    g_ek.connects++;
+}
+
+static void ek_dialed(lull_dial *d, int status) {
+    (void)d;
+    g_ek.dial_status = status;
+    g_ek.dial_done = true;
+}
+
+static void ek_exit(lull_process *p, int status, int sig) {
+    (void)p;
+    (void)status;
+    (void)sig;
+    g_ek.exits++;
+}
+
+static void ek_signal(lull_signal *s, int signum) {
+    (void)s;
+    (void)signum;
+}
+
+static void ek_fsevent(lull_fsevent *w, unsigned events, const char *name,
+                       const char *other) {
+    (void)w;
+    (void)events;
+    (void)name;
+    (void)other;
+}
+
+static void ek_opened(lull_fs *req, int64_t result) {
+    (void)req;
+    g_ek.opened = result;
+    g_ek.open_done = true;
+}
+
+static void ek_udp_closed(lull_udp *udp) {
+    (void)udp;
+}
+
+static void ek_guard(lull_timer *t) {
+    (void)t;
+    check_fail(__FILE__, __LINE__, "the handles did not open in 10 s");
+}
+
+static void open_every_kind(every_kind *ek) {
+    lull_loop *loop = ek->loop;
+    CHECK(lull_loop_backend_fd(loop) >= 0); /* the host's epoll set */
+    CHECK_EQ(lull_server_listen_tcp(loop, &ek->srv, NULL, 0, 0, ek_accept), 0);
+    int port = lull_server_port(&ek->srv);
+    CHECK(port > 0);
+    snprintf(ek->sock, sizeof ek->sock, "@lull-fork-cloexec-%d", (int)getpid());
+    CHECK_EQ(lull_server_listen_unix(loop, &ek->usrv, ek->sock, 0, ek_uaccept),
+             0);
+    CHECK_EQ(lull_stream_connect_tcp(loop, &ek->client, NULL, port, NULL,
+                                     ek_connected),
+             0);
+    /* A dial to the same server, by address: its attempt's socket. */
+    static struct sockaddr_in sin;
+    sin = (struct sockaddr_in){.sin_family = AF_INET,
+                               .sin_port = htons((uint16_t)port),
+                               .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    static struct addrinfo ai;
+    ai = (struct addrinfo){.ai_family = AF_INET,
+                           .ai_socktype = SOCK_STREAM,
+                           .ai_addrlen = sizeof sin,
+                           .ai_addr = (struct sockaddr *)&sin};
+    CHECK_EQ(lull_dial_start_addrs(loop, &ek->dial, &ek->dialed, &ai, NULL,
+                                   ek_dialed),
+             0);
+    CHECK_EQ(lull_udp_init(loop, &ek->udp, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&ek->udp, NULL, 0, 0), 0);
+    CHECK_EQ(lull_signal_init(loop, &ek->sig, ek_signal), 0);
+    CHECK_EQ(lull_signal_start(&ek->sig, SIGUSR2), 0);
+    snprintf(ek->dir, sizeof ek->dir, "/tmp/lull-cloexec-XXXXXX");
+    CHECK(mkdtemp(ek->dir) != NULL);
+    CHECK_EQ(lull_fsevent_init(loop, &ek->watch), 0);
+    CHECK_EQ(lull_fsevent_start(&ek->watch, ek->dir, ek_fsevent), 0);
+    /* A child with a pipe for its stdout: the parent's end, the pidfd. */
+    lull_process_options po = {
+        .file = "/bin/sh",
+        .argv = (char *[]){"sh", "-c", "read x", NULL},
+    };
+    po.stdio[0].kind = LULL_STDIO_PIPE;
+    po.stdio[0].stream = &ek->piped;
+    CHECK_EQ(lull_process_spawn(loop, &ek->proc, &po, ek_exit), 0);
+    /* A pool, and a file it opened for the program. */
+    CHECK_EQ(lull_pool_new(&ek->pool, NULL), 0);
+    char file[96];
+    snprintf(file, sizeof file, "%s/f", ek->dir);
+    CHECK_EQ(lull_fs_open(loop, ek->pool, &ek->open_req, file, O_CREAT | O_RDWR,
+                          0600, ek_opened),
+             0);
+    /* Loops on threads of their own. */
+    lull_percore_options pco = {.loops = 2};
+    CHECK_EQ(lull_percore_start(&ek->pc, &pco), 0);
+
+    lull_timer guard;
+    lull_timer_init(loop, &guard, ek_guard);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    while (!ek->open_done || ek->accepts < 2 || ek->connects < 1 ||
+           !ek->dial_done)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
+    CHECK(ek->opened >= 0);
+    CHECK_EQ(ek->dial_status, 0);
+}
+
+TEST(no_fd_of_lull_survives_an_exec) {
+    if (access("/bin/sh", X_OK) != 0) {
+        printf("skipped: no /bin/sh to exec\n");
+        return;
+    }
+    fd_list before, after;
+    list_fds(&before);
+    every_kind *ek = &g_ek;
+    CHECK_EQ(lull_loop_new(&ek->loop, NULL), 0);
+    open_every_kind(ek);
+    list_fds(&after);
+    int fresh = 0;
+    for (int i = 0; i < after.n; i++) {
+        int fd = after.fd[i];
+        if (in_list(&before, fd)) continue;
+        fresh++;
+        char what[128];
+        fd_target(getpid(), fd, what, sizeof what);
+        int fl = fcntl(fd, F_GETFD);
+        if (fl < 0 || !(fl & FD_CLOEXEC))
+            check_fail(__FILE__, __LINE__, "fd %d (%s) is not close-on-exec",
+                       fd, what);
+    }
+    /* The loop's set and eventfd, the host's set, two servers, three TCP
+     * ends, a UDP socket, a signalfd, an inotify fd, a pipe end and a
+     * pidfd, an opened file, two loops' sets and eventfds at least. */
+    CHECK(fresh >= 18);
+
+    /* fork and exec, as a program's own spawn would: the child waits on
+     * its stdin until the parent has looked at its fds. exec has happened
+     * once the report pipe's end (close-on-exec) is gone from the child. */
+    int in[2], report[2];
+    CHECK_EQ(pipe2(in, O_CLOEXEC), 0);
+    CHECK_EQ(pipe2(report, O_CLOEXEC), 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (dup2(in[0], 0) < 0) _exit(126);
+        execl("/bin/sh", "sh", "-c", "read x", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(report[1]);
+    char byte;
+    CHECK_EQ(read(report[0], &byte, 1), 0); /* EOF: the child has exec'd */
+    close(report[0]);
+    for (int i = 0; i < after.n; i++) {
+        int fd = after.fd[i];
+        if (in_list(&before, fd)) continue;
+        char mine[128], theirs[128];
+        fd_target(getpid(), fd, mine, sizeof mine);
+        fd_target(pid, fd, theirs, sizeof theirs);
+        if (strcmp(mine, theirs) == 0)
+            check_fail(__FILE__, __LINE__, "fd %d (%s) reached an exec'd child",
+                       fd, mine);
+    }
+    close(in[1]); /* the shell's read ends */
+    int status = wait_for_child(pid);
+    CHECK(WIFEXITED(status));
+
+    /* Everything closed, the loop freed. */
+    CHECK_EQ(lull_percore_stop(ek->pc), 0);
+    close((int)ek->opened);
+    CHECK_EQ(lull_pool_free(ek->pool), 0);
+    CHECK_EQ(lull_endpoint_close(&ek->piped.ep, 0), 0); /* the shell exits */
+    lull_fsevent_stop(&ek->watch);
+    lull_signal_stop(&ek->sig);
+    CHECK_EQ(lull_udp_close(&ek->udp, ek_udp_closed), 0);
+    CHECK_EQ(lull_endpoint_close(&ek->dialed.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&ek->client.ep, 0), 0);
+    lull_server_close(&ek->srv);
+    lull_server_close(&ek->usrv);
+    lull_timer guard;
+    lull_timer_init(ek->loop, &guard, ek_guard);
+    lull_timer_start(&guard, GUARD_NS, 0);
+    lull_timer_unref(&guard);
+    while (ek->exits == 0)
+        CHECK_EQ(lull_loop_run(ek->loop, LULL_RUN_ONCE), 0);
+    lull_timer_stop(&guard);
+    CHECK_EQ(lull_loop_settle(ek->loop) >= 0, 1);
+    char file[96];
+    snprintf(file, sizeof file, "%s/f", ek->dir);
+    unlink(file);
+    rmdir(ek->dir);
+    int rc = lull_loop_free(ek->loop);
+    if (rc != 0) lull_loop_print_live(ek->loop, stderr);
+    CHECK_EQ(rc, 0);
 }

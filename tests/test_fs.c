@@ -2446,3 +2446,52 @@ TEST_THREADED(fs_file_lane_leaves_other_pools_alone) {
     CHECK_EQ(lull_pool_free(cpu), 0);
     fs_teardown();
 }
+
+/* A program that closed its stdin, stdout and stderr, then listed a
+ * directory: the directory's fd, which lull holds from the first batch to
+ * the last, took 0, so the program's reads of stdin read it and a child
+ * spawned meanwhile with its stdio inherited got it. It stays above 2, as
+ * lull's other fds do (test_stream, sockets_never_take_closed_stdio). */
+static bool stdio_open_at_batch;
+
+static bool note_stdio(lull_fs *req) {
+    (void)req;
+    for (int i = 0; i < 3; i++)
+        if (fcntl(i, F_GETFD) >= 0) stdio_open_at_batch = true;
+    return true;
+}
+
+TEST_THREADED(fs_scandir_never_takes_closed_stdio) {
+    fs_setup();
+    CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
+    make_entries(in_dir("d"), 2 * LULL_FS_DIR_BATCH + 1);
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = dup(i);
+        CHECK(saved[i] > 2);
+    }
+    for (int i = 0; i < 3; i++)
+        close(i);
+    stdio_open_at_batch = false;
+    on_batch_hook = note_stdio;
+    batches = entries = max_batch = bad_batches = 0;
+    memset(seen_mark, 0, sizeof seen_mark);
+    ncalls = 0;
+    int rc = lull_fs_scandir(L, P, &R, in_dir("d"), on_batch, on_fs);
+    int ran = rc == 0 ? lull_loop_run(L, LULL_RUN_DEFAULT) : rc;
+    on_batch_hook = NULL;
+    /* Back before any check can print. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(rc, 0);
+    CHECK_EQ(ran, 0);
+    CHECK_EQ(ncalls, 1);
+    CHECK_EQ(last, 2 * LULL_FS_DIR_BATCH + 1);
+    CHECK(batches >= 3);
+    CHECK(!stdio_open_at_batch);
+    fs_teardown();
+}

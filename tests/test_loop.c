@@ -1393,3 +1393,52 @@ TEST(settle_on_the_real_clock_fires_a_fast_repeating_timer_once) {
     lull_timer_stop(&t);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* lull_loop_new with RLIMIT_NOFILE leaving 0, then 1 fd free: no epoll set,
+ * then an epoll set but no eventfd. Each says -EMFILE, sets *out to NULL
+ * and leaves no fd open (the set made first is closed again); once two
+ * are free the loop is made, and works. */
+static int open_fd_count(void) {
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fcntl(fd, F_GETFD) >= 0) n++;
+    return n;
+}
+
+static void ran_once(lull_task *t) {
+    (*(int *)t->data)++;
+}
+
+TEST(loop_new_out_of_fds_leaves_nothing_then_works) {
+    struct rlimit old;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int before = open_fd_count();
+    lull_loop *loop = NULL;
+    int rc = -1, n = 0;
+    for (; n <= 8; n++) {
+        int lowest = dup(0); /* every fd below it is in use */
+        CHECK(lowest >= 0);
+        close(lowest);
+        struct rlimit rl = old;
+        rl.rlim_cur = (rlim_t)(lowest + n);
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &rl), 0);
+        loop = (lull_loop *)&old; /* set to NULL on failure */
+        rc = lull_loop_new(&loop, NULL);
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+        if (rc == 0) break;
+        CHECK_EQ(rc, -EMFILE);
+        CHECK(loop == NULL);
+        CHECK_EQ(open_fd_count(), before);
+    }
+    CHECK_EQ(rc, 0);
+    CHECK(n >= 2); /* the epoll set and the eventfd */
+    int posted_runs = 0;
+    lull_task t;
+    lull_task_init(&t, ran_once);
+    t.data = &posted_runs;
+    lull_task_post_remote(loop, &t); /* through the eventfd */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    CHECK_EQ(posted_runs, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(open_fd_count(), before);
+}

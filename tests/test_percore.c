@@ -13,6 +13,7 @@
 #include <semaphore.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1009,4 +1010,53 @@ TEST_THREADED(percore_fork_while_another_thread_stops_a_set) {
     atomic_store(&stop_hold.forked, true);
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK(copy_ok);
+}
+
+/* ------------------------------------------------ out of fds at start */
+
+/* RLIMIT_NOFILE lowered to leave n fds free, n from none up: a start whose
+ * loops cannot all make their epoll set and eventfd returns -EMFILE with
+ * everything undone (the loops that were made freed, their start
+ * functions' work stopped, the threads joined, no fd left open), and the
+ * first n that suffices starts the set, which then stops cleanly. */
+static int open_fd_count(void) {
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        if (fcntl(fd, F_GETFD) >= 0) n++;
+    return n;
+}
+
+TEST_THREADED(percore_start_out_of_fds_is_undone_then_works) {
+    struct rlimit old;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+    int before = open_fd_count();
+    bool failed_once = false, started = false;
+    for (int n = 0; n <= 32 && !started; n++) {
+        starts = stops_undone = 0;
+        lull_percore_options o = {
+            .loops = 3, .start = count_start, .stop = count_stop};
+        lull_percore *pc = NULL;
+        int probe = dup(0);
+        CHECK(probe >= 0);
+        close(probe);
+        struct rlimit low = old;
+        low.rlim_cur = (rlim_t)(probe + n);
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+        int rc = lull_percore_start(&pc, &o);
+        CHECK_EQ(setrlimit(RLIMIT_NOFILE, &old), 0);
+        if (rc == 0) {
+            started = true;
+            CHECK_EQ(starts, 3);
+            CHECK_EQ(lull_percore_stop(pc), 0);
+            CHECK_EQ(stops_undone, 3);
+        } else {
+            failed_once = true;
+            CHECK_EQ(rc, -EMFILE);
+            CHECK(pc == NULL);
+            CHECK_EQ(stops_undone, starts);
+        }
+        CHECK_EQ(open_fd_count(), before);
+    }
+    CHECK(failed_once);
+    CHECK(started);
 }

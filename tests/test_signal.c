@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -844,4 +845,31 @@ TEST(move_to_a_signal_the_kernel_refuses_keeps_the_old_one) {
 #else
     printf("skipped: no seccomp architecture constant for this machine\n");
 #endif
+}
+
+/* Out of fds at a loop's first start (the signalfd cannot be made): the
+ * start says -EMFILE, the handle stays stopped and the signal unblocked
+ * (the mask as it was); with an fd free again the same start works and
+ * the signal arrives. */
+TEST(first_start_out_of_fds_then_again) {
+    lull_loop *loop = new_loop();
+    watcher h = {0};
+    h.id = 1;
+    CHECK_EQ(lull_signal_init(loop, &h.sig, seen), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    struct rlimit old;
+    check_fds_exhaust(&old);
+    int rc = lull_signal_start(&h.sig, SIGUSR1);
+    check_fds_restore(&old);
+    CHECK_EQ(rc, -EMFILE);
+    CHECK(!blocked_here(SIGUSR1));
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_signal_start(&h.sig, SIGUSR1), 0);
+    CHECK(blocked_here(SIGUSR1));
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &h.calls, 1);
+    CHECK_EQ(h.last, SIGUSR1);
+    CHECK_EQ(lull_signal_stop(&h.sig), 0);
+    CHECK(!blocked_here(SIGUSR1));
+    free_loop(loop);
 }

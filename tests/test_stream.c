@@ -5491,3 +5491,81 @@ TEST(stream_setup_cost_does_not_grow_with_queued_work) {
     close(sv[1]);
     free_loop(loop);
 }
+
+/* ----------------------------------------- a program's closed stdio */
+
+/* A program that closed its stdin, stdout and stderr (a daemon that did
+ * not reopen them on /dev/null) and then listened, connected and accepted:
+ * the sockets took 0, 1 and 2. The program's own stdio then named them (a
+ * printf went to a client, a read of stdin took a client's bytes), and a
+ * child spawned with its stdio inherited got the listening socket as its
+ * stdin. Like the loop's own fds (test_process,
+ * loop_and_signal_fds_never_take_closed_stdio), the sockets lull makes
+ * stay above 2, and 0 to 2 stay closed. */
+static void no_connection_expected(lull_server *srv) {
+    (void)srv;
+    check_fail(__FILE__, __LINE__, "a connection nobody made");
+}
+
+TEST(sockets_never_take_closed_stdio) {
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = dup(i);
+        CHECK(saved[i] > 2);
+    }
+    for (int i = 0; i < 3; i++)
+        close(i);
+    acceptor acc = {0};
+    lull_stream server_end, client;
+    acc.into = &server_end;
+    char path[64];
+    snprintf(path, sizeof path, "@lull-test-stdio-%d", (int)getpid());
+    lull_server unix_srv;
+    int listened =
+        lull_server_listen_tcp(loop, &acc.srv, NULL, 0, 0, accept_one);
+    int listened_unix = lull_server_listen_unix(loop, &unix_srv, path, 0,
+                                                no_connection_expected);
+    g_connected = false;
+    int connected = listened != 0
+                        ? listened
+                        : lull_stream_connect_tcp(loop, &client, NULL,
+                                                  lull_server_port(&acc.srv),
+                                                  NULL, on_connect);
+    for (int i = 0;
+         i < 100 && connected == 0 && (!acc.accepted || !g_connected); i++)
+        if (lull_loop_run(loop, LULL_RUN_ONCE) != 0) break;
+    int fds[4] = {
+        listened == 0 ? acc.srv.io.fd : -1,
+        listened_unix == 0 ? unix_srv.io.fd : -1,
+        connected == 0 ? lull_stream_fd(&client) : -1,
+        acc.accepted ? lull_stream_fd(&server_end) : -1,
+    };
+    bool stdio_closed[3];
+    for (int i = 0; i < 3; i++)
+        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
+    /* Back before any check can print. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(listened, 0);
+    CHECK_EQ(listened_unix, 0);
+    CHECK_EQ(connected, 0);
+    CHECK(acc.accepted);
+    CHECK(g_connected);
+    CHECK_EQ(g_connect_status, 0);
+    for (int i = 0; i < 4; i++)
+        if (fds[i] <= 2)
+            check_fail(__FILE__, __LINE__, "socket %d took fd %d", i, fds[i]);
+    for (int i = 0; i < 3; i++)
+        CHECK(stdio_closed[i]);
+    CHECK_EQ(lull_endpoint_close(&client.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&server_end.ep, 0), 0);
+    lull_server_close(&acc.srv);
+    lull_server_close(&unix_srv);
+    CHECK(lull_loop_settle(loop) >= 0);
+    free_loop(loop);
+}

@@ -1349,3 +1349,54 @@ TEST(calls_after_close_and_the_loops_free_touch_no_loop) {
     CHECK_EQ(k.closes, 1);
     pty_close(&p);
 }
+
+/* A program that closed its stdin, stdout and stderr, then set up a tty
+ * on a terminal it had open elsewhere: lull's description of it (opened
+ * by name, or a copy of the fd where it has none) and the stream's fd
+ * took 0 and 1, so the program's printf went through lull's stream's fd
+ * and a child spawned with its stdio inherited got them. They stay above
+ * 2, as the loop's and the sockets' do (test_stream,
+ * sockets_never_take_closed_stdio), for a slave (opened anew) and a
+ * master (no name: copied). */
+static void tty_fds_above_stdio(bool master) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fd = master ? p.master : p.slave;
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = dup(i);
+        CHECK(saved[i] > 2);
+    }
+    for (int i = 0; i < 3; i++)
+        close(i);
+    term k;
+    memset(&k, 0, sizeof k);
+    int rc = lull_tty_init(loop, &k.t, fd, NULL);
+    int ctl = k.t.ctl, sfd = rc == 0 ? lull_stream_fd(&k.t.stream) : -1;
+    bool stdio_closed[3];
+    for (int i = 0; i < 3; i++)
+        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
+    /* Back before any check can print. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(rc, 0);
+    lull_endpoint_set_callbacks(&k.t.stream.ep, term_frame, NULL, term_close);
+    CHECK(ctl > 2);
+    CHECK(sfd > 2);
+    for (int i = 0; i < 3; i++)
+        CHECK(stdio_closed[i]);
+    term_close_and_wait(loop, &k);
+    finish(loop, &p);
+}
+
+TEST(tty_fds_of_a_slave_never_take_closed_stdio) {
+    tty_fds_above_stdio(false);
+}
+
+TEST(tty_fds_of_a_master_never_take_closed_stdio) {
+    tty_fds_above_stdio(true);
+}

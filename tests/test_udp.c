@@ -2402,3 +2402,41 @@ TEST(set_up_again_inside_its_own_close_callback) {
     run_until(loop, &r.count, 2);
     close_tx_rx_and_loop(loop, &tx, &r);
 }
+
+/* A program that closed its stdin, stdout and stderr, then bound a UDP
+ * handle: its socket took 0, where the program's reads of stdin and a
+ * child spawned with its stdio inherited would share it. It stays above
+ * 2 (as test_stream's sockets_never_take_closed_stdio), and 0 to 2 stay
+ * closed. */
+TEST(udp_socket_never_takes_closed_stdio) {
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    fflush(stdout);
+    fflush(stderr);
+    int saved[3];
+    for (int i = 0; i < 3; i++) {
+        saved[i] = dup(i);
+        CHECK(saved[i] > 2);
+    }
+    for (int i = 0; i < 3; i++)
+        close(i);
+    int bound = lull_udp_bind(&u, NULL, 0, 0);
+    int fd = u.io.fd;
+    bool stdio_closed[3];
+    for (int i = 0; i < 3; i++)
+        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
+    /* Back before any check can print. */
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(dup2(saved[i], i), i);
+        close(saved[i]);
+    }
+    CHECK_EQ(bound, 0);
+    CHECK(fd > 2);
+    CHECK(lull_udp_local_port(&u) > 0);
+    for (int i = 0; i < 3; i++)
+        CHECK(stdio_closed[i]);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
