@@ -2263,7 +2263,8 @@ LULL_EXTERN int lull_pool_set_default(lull_pool *pool);
 /* Thread-safe: a snapshot of the pool's counters. */
 LULL_EXTERN void lull_pool_get_stats(lull_pool *pool, lull_pool_stats *out);
 
-/* Prepares a work item; call again only while it is not submitted. */
+/* Prepares a work item; call again only while it is not submitted (debug
+ * builds abort when the pool or loop reaches one set up again). */
 LULL_EXTERN int lull_work_init(lull_work *work, lull_work_fn fn,
                                lull_work_done_fn done);
 /* Loop thread of `loop`; any number of loops may share one pool.

@@ -474,6 +474,55 @@ TEST_THREADED(pool_cancel_from_another_thread_stops_a_debug_build) {
                      "lull: called from a thread that does not own the loop"));
 }
 
+/* lull_work_init on an item still submitted is a programming error (only
+ * while it is not submitted, docs/API.md). It used to pass unseen: set up
+ * again while queued behind a held item, it cut the pool's queue there (the
+ * item after it never ran) and its done ran on the pool thread; set up
+ * again while its fn ran, its done ran on the pool thread too. Either way
+ * the loop's reference for the item was never dropped, so the run never
+ * returned. Debug builds now stop when the pool reaches the item; the
+ * child's alarm turns the old hang into a death without the message. */
+static void set_up_again_while_submitted(void *arg) {
+    bool running = arg != NULL;
+    alarm(10);
+    lull_loop *loop;
+    lull_pool *pool;
+    sem_t gate, started;
+    gated_loop_and_pool(&loop, &pool, &(lull_pool_options){.threads = 1}, &gate,
+                        &started);
+    item a = {.gate = &gate, .started = &started}, b = {0}, c = {0};
+    lull_work_init(&a.work, item_run, item_done);
+    lull_work_init(&b.work, item_run, item_done);
+    lull_work_init(&c.work, item_run, item_done);
+    CHECK_EQ(lull_work_submit(loop, pool, &a.work), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &b.work), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &c.work), 0);
+    sem_wait_10s(&started, "a started");
+    lull_work_init(running ? &a.work : &b.work, item_run, item_done);
+    sem_post(&gate);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST_THREADED(pool_work_set_up_again_while_queued_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(set_up_again_while_submitted, NULL,
+                     "lull: lull_work_init on an item still submitted"));
+}
+
+TEST_THREADED(pool_work_set_up_again_while_running_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(set_up_again_while_submitted, (void *)1,
+                     "lull: lull_work_init on an item still submitted"));
+}
+
 TEST_THREADED(pool_queue_full_says_eagain) {
     lull_loop *loop;
     lull_pool *pool;
