@@ -2507,7 +2507,9 @@ struct lull_journal {
 };
 
 /* Writes start at the file's current end (lseek SEEK_END). -EBUSY while
- * j's appends are in flight (asked on the loop's thread, of this pool). */
+ * j's appends are in flight, as `loop` (asked on its thread) and `pool`
+ * see it: busy on another loop or pool, it is not seen, and debug builds
+ * abort when that one reaches the cleared journal. */
 LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
                                   lull_journal *j, int fd);
 /* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky

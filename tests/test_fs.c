@@ -948,6 +948,49 @@ TEST_THREADED(journal_init_while_appends_are_in_flight_is_refused) {
     close_journal_case(fd, loop, pool, &g);
 }
 
+/* lull_journal_init's -EBUSY asks the loop and pool it is given (j is
+ * garbage before its first init, so its own fields cannot say which are
+ * its): a journal busy on another loop or pool is not seen, and clearing
+ * it cuts that loop's queue or that pool's. A programming error that debug
+ * builds stop at when the loop or pool reaches the cleared journal, as
+ * docs/API.md says; the child's alarm turns a hang into a death without
+ * the message. */
+static void journal_init_busy_elsewhere(void *arg) {
+    bool other_pool = arg != NULL;
+    alarm(10);
+    lull_loop *loop, *other_loop;
+    lull_pool *pool, *other;
+    static lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    CHECK_EQ(lull_loop_new(&other_loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&other, NULL), 0);
+    static gate g;
+    gate_hold(loop, pool, &g);
+    append(&j, 0); /* its start task is queued on loop */
+    if (other_pool) {
+        CHECK_EQ(lull_loop_settle(loop), 1); /* the batch waits on pool */
+        (void)lull_journal_init(loop, other, &j, fd);
+    } else {
+        (void)lull_journal_init(other_loop, pool, &j, fd);
+    }
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_pool_free(other), 0);
+    CHECK_EQ(lull_loop_free(other_loop), 0);
+    close_journal_case(fd, loop, pool, &g);
+}
+
+TEST_THREADED(journal_init_busy_on_another_loop_or_pool_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(journal_init_busy_elsewhere, NULL,
+                     "lull: ready queue corrupted"));
+    CHECK(check_dies(journal_init_busy_elsewhere, (void *)1,
+                     "lull: lull_work_init on an item still submitted"));
+}
+
 /* -------------------------------------------------------- getaddrinfo */
 
 static int lookup_status = 1;
