@@ -2032,6 +2032,76 @@ TEST_THREADED(fs_hostile_arguments) {
     fs_teardown();
 }
 
+/* The refusals fs_hostile_arguments does not reach, for every helper in
+ * turn: its pointer arguments NULL, a negative fd (-EBADF), buffer counts
+ * and sizes out of range, offsets and lengths past INT64_MAX. Each is
+ * refused at once: no callback, the request free for the next call. A
+ * time with nanoseconds out of range is the kernel's to refuse. */
+TEST_THREADED(fs_every_helper_refuses_bad_arguments) {
+    fs_setup();
+    int fd = open_rw(path);
+    char buf[8];
+    struct iovec iov = {buf, sizeof buf};
+    lull_stat st;
+    ncalls = 0;
+    CHECK_EQ(lull_fs_close(L, P, &R, -1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_read(L, P, &R, -1, buf, 1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_read(L, P, &R, fd, NULL, 1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_write(L, P, &R, -1, buf, 1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_write(L, P, &R, fd, buf, 1, UINT64_MAX - 1, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, NULL, 1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, &iov, -1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, &iov, INT_MAX, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_writev(L, P, &R, -1, &iov, 1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_writev(L, P, &R, fd, &iov, -1, 0, on_fs), -EINVAL);
+    CHECK_EQ(
+        lull_fs_writev(L, P, &R, fd, &iov, 1, (uint64_t)INT64_MAX + 1, on_fs),
+        -EINVAL);
+    CHECK_EQ(lull_fs_stat(L, P, &R, path, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_lstat(L, P, &R, NULL, &st, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fstat(L, P, &R, -1, &st, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_rename(L, P, &R, NULL, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_mkdir(L, P, &R, NULL, 0700, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_rmdir(L, P, &R, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_link(L, P, &R, path, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_symlink(L, P, &R, NULL, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_symlink(L, P, &R, path, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readlink(L, P, &R, NULL, buf, sizeof buf, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readlink(L, P, &R, path, NULL, sizeof buf, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_readlink(L, P, &R, path, buf, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_realpath(L, P, &R, NULL, buf, sizeof buf, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_realpath(L, P, &R, path, buf, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fsync(L, P, &R, fd, NULL), -EINVAL);
+    CHECK_EQ(lull_fs_fdatasync(L, P, &R, -1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_ftruncate(L, P, &R, -1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_ftruncate(L, P, &R, fd, UINT64_MAX, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, -1, 0, fd, 0, 1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, 0, -1, 0, 1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, UINT64_MAX, fd, 0, 1, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, 0, fd, UINT64_MAX, 1, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, 0, fd, 0, SIZE_MAX, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_sendfile(L, P, &R, -1, fd, 0, 1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_sendfile(L, P, &R, fd, fd, UINT64_MAX, 1, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_chmod(L, P, &R, NULL, 0600, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fchmod(L, P, &R, -1, 0600, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_chown(L, P, &R, NULL, 0, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fchown(L, P, &R, -1, 0, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_utime(L, P, &R, NULL, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_futime(L, P, &R, -1, NULL, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_cancel(&R), -EINVAL); /* nothing in flight */
+    CHECK_EQ(ncalls, 0);
+    CHECK(!lull_loop_alive(L));
+    struct timespec bad[2] = {{0, -1}, {0, 1000000000}};
+    CHECK_EQ(run(lull_fs_futime(L, P, &R, fd, bad, on_fs)), -EINVAL);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
+    fs_teardown();
+}
+
 TEST_THREADED(fs_file_removed_between_open_and_read) {
     fs_setup();
     int fd = open_rw(path);

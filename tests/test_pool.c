@@ -169,6 +169,35 @@ TEST_THREADED(pool_refuses_bad_calls) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The calls pool_refuses_bad_calls leaves out, with NULL: the void ones
+ * return, the stats of a NULL pool are all zero, the default pool's calls
+ * refuse (-EINVAL), and a zeroed item (never set up) is not submitted. */
+TEST_THREADED(pool_null_arguments) {
+    lull_pool_close(NULL);
+    lull_pool_stats st;
+    memset(&st, 0xff, sizeof st);
+    lull_pool_get_stats(NULL, &st);
+    CHECK_U64_EQ(st.submitted, 0);
+    CHECK_U64_EQ(st.completed, 0);
+    CHECK_EQ(lull_pool_default(NULL), -EINVAL);
+    CHECK_EQ(lull_pool_set_default(NULL), -EINVAL);
+    CHECK_EQ(lull_work_init(NULL, item_run, item_done), -EINVAL);
+    CHECK(!lull_work_busy(NULL));
+    lull_pool *pool;
+    CHECK_EQ(lull_pool_new(&pool, &(lull_pool_options){.threads = 1}), 0);
+    lull_pool_get_stats(pool, NULL);
+    lull_work z;
+    memset(&z, 0, sizeof z);
+    CHECK(!lull_work_busy(&z));
+    CHECK_EQ(lull_work_cancel(&z), -EINVAL);
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    CHECK_EQ(lull_work_submit(loop, pool, &z), -EINVAL); /* no fn */
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_pool_free(pool), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------------- 100,000 submissions, none lost */
 
 #define ITEMS  1000
