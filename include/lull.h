@@ -50,6 +50,12 @@
  * docs/BENCHMARKS.md holds it to): embed it and use LULL_CONTAINER_OF(ptr,
  * type, member), which works for any handle.
  *
+ * A handle stays where it is while lull knows it: from its set-up (a task,
+ * timer or fd watcher: its post, arm or start) until it is yours again. lull
+ * knows it by address, so a copy (memcpy, a struct moved) is not the handle:
+ * where lull can tell, its calls are refused (a udp socket's -EINVAL) or
+ * stop debug builds (a pump's); elsewhere they are undefined.
+ *
  * Fields. Each struct shows first the fields you may read (and, where a
  * comment says so, write), each with its meaning. The fields inside the
  * unnamed struct marked "lull's own" are lull's bookkeeping: not part of

@@ -1042,3 +1042,25 @@ TEST(null_and_zeroed_pumps_do_nothing) {
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* An open pump is known by its address (the process's set of handles in
+ * use), so a copy of one (memcpy: a struct moved after init) is not it: a
+ * wake or listen of the copy stops a debug build, as one of a pump whose
+ * loop was freed does, before it posts the copy's task into the loop. */
+static void wake_a_copy(void *arg) {
+    (void)arg;
+    fixture f;
+    lull_loop *loop = setup(&f);
+    static lull_pump copy;
+    memcpy(&copy, &f.pump, sizeof copy);
+    lull_pump_wake(&copy);
+    (void)loop;
+}
+
+TEST(a_copy_of_an_open_pump_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(wake_a_copy, NULL, "or a copy of one"));
+}

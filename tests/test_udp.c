@@ -2435,3 +2435,31 @@ TEST(set_up_again_inside_its_own_close_callback) {
     run_until(loop, &r.count, 2);
     close_tx_rx_and_loop(loop, &tx, &r);
 }
+
+/* lull knows a handle by its address (the process's set of handles in
+ * use), so a copy of one set up (memcpy: a struct moved after init) is not
+ * it: every call that would make or use a socket refuses the copy, and the
+ * handle itself goes on as if no copy were made. */
+TEST(a_copy_of_a_set_up_handle_is_refused) {
+    lull_loop *loop = new_loop();
+    lull_udp u, copy;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    memcpy(&copy, &u, sizeof u);
+    static lull_datagram d;
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons(9),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(lull_udp_bind(&copy, "127.0.0.1", 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&copy, "127.0.0.1", 9), -EINVAL);
+    CHECK_EQ(lull_udp_send(&copy, &d, "x", 1, (struct sockaddr *)&to, NULL),
+             -EINVAL);
+    CHECK_EQ(lull_udp_recv_start(&copy, rx_recv), -EINVAL);
+    CHECK_EQ(lull_udp_local_port(&copy), -EBADF);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    g_udp_closes = 0;
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(g_udp_closes, 1);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
