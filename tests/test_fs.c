@@ -686,6 +686,29 @@ TEST(journal_append_to_a_journal_never_set_up_is_refused) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* NULL arguments: init and append refuse (-EINVAL), busy answers false,
+ * and a real journal passed next to a NULL is left as it was. */
+TEST(journal_null_arguments_are_refused) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    CHECK_EQ(lull_journal_init(NULL, pool, &j, fd), -EINVAL);
+    CHECK_EQ(lull_journal_init(loop, NULL, &j, fd), -EINVAL);
+    CHECK_EQ(lull_journal_init(loop, pool, NULL, fd), -EINVAL);
+    CHECK_EQ(lull_journal_init(loop, pool, &j, -1), -EINVAL);
+    CHECK_EQ(lull_journal_append(NULL, &recs[0].req, "x", 1, appended),
+             -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, NULL, "x", 1, appended), -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, NULL, 1, appended), -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, "x", 1, NULL), -EINVAL);
+    CHECK(!lull_journal_busy(NULL));
+    CHECK(!lull_journal_busy(&j));
+    CHECK(j.loop == loop && j.pool == pool && j.fd == fd);
+    CHECK(!lull_loop_alive(loop));
+    close_journal_case(fd, loop, pool, NULL);
+}
+
 /* lull_pool_free with a batch waiting: the batch's callbacks get
  * -ECANCELED and may append again, as a done may resubmit after
  * lull_pool_free (-ESHUTDOWN): that append fails with -ESHUTDOWN. The journal
