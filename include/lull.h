@@ -50,6 +50,12 @@
  * docs/BENCHMARKS.md holds it to): embed it and use LULL_CONTAINER_OF(ptr,
  * type, member), which works for any handle.
  *
+ * A handle stays where it is while lull knows it: from its set-up (a task,
+ * timer or fd watcher: its post, arm or start) until it is yours again. lull
+ * knows it by address, so a copy (memcpy, a struct moved) is not the handle:
+ * where lull can tell, its calls are refused (a udp socket's -EINVAL) or
+ * stop debug builds (a pump's); elsewhere they are undefined.
+ *
  * Fields. Each struct shows first the fields you may read (and, where a
  * comment says so, write), each with its meaning. The fields inside the
  * unnamed struct marked "lull's own" are lull's bookkeeping: not part of
@@ -2264,7 +2270,8 @@ LULL_EXTERN int lull_pool_set_default(lull_pool *pool);
 /* Thread-safe: a snapshot of the pool's counters. */
 LULL_EXTERN void lull_pool_get_stats(lull_pool *pool, lull_pool_stats *out);
 
-/* Prepares a work item; call again only while it is not submitted. */
+/* Prepares a work item; call again only while it is not submitted (debug
+ * builds abort when the pool or loop reaches one set up again). */
 LULL_EXTERN int lull_work_init(lull_work *work, lull_work_fn fn,
                                lull_work_done_fn done);
 /* Loop thread of `loop`; any number of loops may share one pool.
@@ -2507,7 +2514,9 @@ struct lull_journal {
 };
 
 /* Writes start at the file's current end (lseek SEEK_END). -EBUSY while
- * j's appends are in flight (asked on the loop's thread, of this pool). */
+ * j's appends are in flight, as `loop` (asked on its thread) and `pool`
+ * see it: busy on another loop or pool, it is not seen, and debug builds
+ * abort when that one reaches the cleared journal. */
 LULL_EXTERN int lull_journal_init(lull_loop *loop, lull_pool *pool,
                                   lull_journal *j, int fd);
 /* Queues len bytes: 0, -EINVAL (NULL, len past SSIZE_MAX), or the sticky

@@ -193,6 +193,11 @@ static void *worker_main(void *arg) {
     for (;;) {
         lull_work *w = p->head;
         if (w) {
+            /* An item lull_work_init cleared while queued: the queue was
+             * cut at it (the items behind it are lost) and it has no loop
+             * to go back to. Debug builds stop here, where it is seen. */
+            LULL_ASSERT(w->queued && w->pool == p,
+                        "lull: lull_work_init on an item still submitted");
             unlink_work(p, w);
             p->running++;
             me->current = w;
@@ -210,6 +215,10 @@ static void *worker_main(void *arg) {
              * loop's next submit does not wait behind it. */
             pthread_mutex_lock(&p->lock);
             lull_loop *loop = w->loop; /* NULL once let go */
+            /* Let go, it keeps its pool; cleared by lull_work_init while
+             * fn ran, it has none, and no loop to give its done to. */
+            LULL_ASSERT(w->pool == p,
+                        "lull: lull_work_init on an item still submitted");
             if (!loop) {
                 drop_let_go(p, me, w);
                 continue;

@@ -122,10 +122,13 @@ static bool pump_open(const lull_pump *pump) {
 /* A pump left open by a lull_loop_free (quiet: allowed) has freed memory
  * for its loop: only its close may follow (it asks the process's set of
  * handles in use, as a wake cannot afford to). A wake or listen on it is a
- * use after free, which debug builds stop at before reading the loop. */
+ * use after free, which debug builds stop at before reading the loop; so
+ * is one on a copy of an open pump (memcpy), which the set does not know:
+ * its task would be posted into the loop in place of the pump's. */
 #define ASSERT_LOOP_NOT_FREED(pump)                                            \
-    LULL_ASSERT(lull__inuse_has(pump), "lull: a pump used after its loop's "   \
-                                       "free (only its close may follow)")
+    LULL_ASSERT(lull__inuse_has(pump),                                         \
+                "lull: a pump used after its loop's free, or a copy of one "   \
+                "(only its close may follow)")
 
 void lull_pump_wake(lull_pump *pump) {
     if (!pump_open(pump)) return;

@@ -1314,8 +1314,15 @@ int lull_simconn_connect(lull_simnet *net, lull_simconn *c, const char *addr,
     return 0;
 }
 
+/* An end whose close callback ran is done, and its network may be freed
+ * since (lull_simnet_free): calls on it answer from the end alone. */
+static bool end_done(const lull_simconn *c) {
+    return (c->state & (ST_CLOSED | ST_OWED)) == ST_CLOSED;
+}
+
 int lull_simconn_read_stop(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    if (end_done(c)) return 0; /* harmless, as on any closed end */
     LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & ST_PAUSED)) trace(c->net, "pause %s", c->name);
     c->state |= ST_PAUSED;
@@ -1326,6 +1333,7 @@ int lull_simconn_read_stop(lull_simconn *c) {
 
 int lull_simconn_read_start(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
+    if (end_done(c)) return 0;
     LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (c->state & ST_PAUSED) trace(c->net, "resume %s", c->name);
     if ((c->state & (ST_PAUSED | ST_PEER_RST)) == (ST_PAUSED | ST_PEER_RST)) {
@@ -1343,8 +1351,8 @@ int lull_simconn_read_start(lull_simconn *c) {
 
 int lull_simconn_shutdown(lull_simconn *c) {
     if (!c || !c->net) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & (ST_OPEN | ST_CONNECTING))) return -ENOTCONN;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (c->state & ST_SHUT) return 0;
     c->state |= ST_SHUT;
     /* Sends fail from now on; what is queued still goes and counts. */
@@ -1360,8 +1368,8 @@ int lull_simconn_shutdown(lull_simconn *c) {
 
 int lull_simconn_partition(lull_simconn *c, uint64_t span_ns, bool breaks) {
     if (!c || !c->net) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     if (!(c->state & ST_OPEN) || !c->other) return -ENOTCONN;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     start_partition(c->net, c, span_ns, breaks);
     resched(c->net, c);
     kick(c->net);
@@ -1370,9 +1378,9 @@ int lull_simconn_partition(lull_simconn *c, uint64_t span_ns, bool breaks) {
 
 int lull_simconn_reset(lull_simconn *c, uint64_t after_bytes) {
     if (!c || !c->net) return -EINVAL;
-    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     lull_simconn *p = c->other;
     if (!(c->state & ST_OPEN) || !p) return -ENOTCONN;
+    LULL_ASSERT_LOOP_THREAD(c->net->loop);
     lull__simdir *d = &p->in;
     d->reset_at = sat_add(d->sent, after_bytes); /* NEVER: no reset */
     d->rst_at = NEVER;

@@ -2029,8 +2029,11 @@ int lull_stream_send_fds(lull_stream *s, lull_frame *frame, const int *fds,
         return -EINVAL;
     /* A raw write of no bytes sends nothing, and with it no fds. */
     if (!framed(s) && frame->len == 0) return -EINVAL;
+    /* From the stream alone, before the thread check: a closed stream's
+     * loop may be freed by now (as lull_stream_read_stop answers). */
+    if (s->ep.flags & LULL__EP_CLOSED) return -EPIPE;
     LULL_ASSERT_LOOP_THREAD(s->loop);
-    if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
+    if (s->ep.flags & EP_NO_SEND) return -EPIPE;
     if (!(s->state & S_UNIX)) return -ENOTSUP;
     /* lull_endpoint_send's refusals in its order, before any fd is copied:
      * a frame too long for this stream hears so even while in flight
@@ -2107,8 +2110,10 @@ int lull_stream_try_write(lull_stream *s, const void *bytes, size_t len) {
      * past the caller's bytes) */
     if (!s || !s->loop || (len > 0 && !bytes) || len > SSIZE_MAX)
         return -EINVAL;
+    /* Before the thread check: a closed stream's loop may be freed. */
+    if (s->ep.flags & LULL__EP_CLOSED) return -EPIPE;
     LULL_ASSERT_LOOP_THREAD(s->loop);
-    if (s->ep.flags & (LULL__EP_CLOSED | EP_NO_SEND)) return -EPIPE;
+    if (s->ep.flags & EP_NO_SEND) return -EPIPE;
     if (framed(s)) return -ENOTSUP; /* part of a frame would cut the framing */
     if (lull__stream_inherited(s)) adopt(s);
     if (s->head) return -EBUSY;

@@ -686,6 +686,29 @@ TEST(journal_append_to_a_journal_never_set_up_is_refused) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* NULL arguments: init and append refuse (-EINVAL), busy answers false,
+ * and a real journal passed next to a NULL is left as it was. */
+TEST(journal_null_arguments_are_refused) {
+    lull_loop *loop;
+    lull_pool *pool;
+    lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    CHECK_EQ(lull_journal_init(NULL, pool, &j, fd), -EINVAL);
+    CHECK_EQ(lull_journal_init(loop, NULL, &j, fd), -EINVAL);
+    CHECK_EQ(lull_journal_init(loop, pool, NULL, fd), -EINVAL);
+    CHECK_EQ(lull_journal_init(loop, pool, &j, -1), -EINVAL);
+    CHECK_EQ(lull_journal_append(NULL, &recs[0].req, "x", 1, appended),
+             -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, NULL, "x", 1, appended), -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, NULL, 1, appended), -EINVAL);
+    CHECK_EQ(lull_journal_append(&j, &recs[0].req, "x", 1, NULL), -EINVAL);
+    CHECK(!lull_journal_busy(NULL));
+    CHECK(!lull_journal_busy(&j));
+    CHECK(j.loop == loop && j.pool == pool && j.fd == fd);
+    CHECK(!lull_loop_alive(loop));
+    close_journal_case(fd, loop, pool, NULL);
+}
+
 /* lull_pool_free with a batch waiting: the batch's callbacks get
  * -ECANCELED and may append again, as a done may resubmit after
  * lull_pool_free (-ESHUTDOWN): that append fails with -ESHUTDOWN. The journal
@@ -946,6 +969,49 @@ TEST_THREADED(journal_init_while_appends_are_in_flight_is_refused) {
     CHECK(!lull_journal_busy(&j));
     CHECK_EQ(lull_journal_init(loop, pool, &j, fd), 0);
     close_journal_case(fd, loop, pool, &g);
+}
+
+/* lull_journal_init's -EBUSY asks the loop and pool it is given (j is
+ * garbage before its first init, so its own fields cannot say which are
+ * its): a journal busy on another loop or pool is not seen, and clearing
+ * it cuts that loop's queue or that pool's. A programming error that debug
+ * builds stop at when the loop or pool reaches the cleared journal, as
+ * docs/API.md says; the child's alarm turns a hang into a death without
+ * the message. */
+static void journal_init_busy_elsewhere(void *arg) {
+    bool other_pool = arg != NULL;
+    alarm(10);
+    lull_loop *loop, *other_loop;
+    lull_pool *pool, *other;
+    static lull_journal j;
+    int fd = journal_case(&loop, &pool, &j, O_WRONLY);
+    CHECK_EQ(lull_loop_new(&other_loop, NULL), 0);
+    CHECK_EQ(lull_pool_new(&other, NULL), 0);
+    static gate g;
+    gate_hold(loop, pool, &g);
+    append(&j, 0); /* its start task is queued on loop */
+    if (other_pool) {
+        CHECK_EQ(lull_loop_settle(loop), 1); /* the batch waits on pool */
+        (void)lull_journal_init(loop, other, &j, fd);
+    } else {
+        (void)lull_journal_init(other_loop, pool, &j, fd);
+    }
+    sem_post(&g.release);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_pool_free(other), 0);
+    CHECK_EQ(lull_loop_free(other_loop), 0);
+    close_journal_case(fd, loop, pool, &g);
+}
+
+TEST_THREADED(journal_init_busy_on_another_loop_or_pool_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(journal_init_busy_elsewhere, NULL,
+                     "lull: ready queue corrupted"));
+    CHECK(check_dies(journal_init_busy_elsewhere, (void *)1,
+                     "lull: lull_work_init on an item still submitted"));
 }
 
 /* -------------------------------------------------------- getaddrinfo */
@@ -1986,6 +2052,76 @@ TEST_THREADED(fs_hostile_arguments) {
     CHECK_EQ(lull_fs_scandir(L, P, &R, dir, on_batch, on_fs), -EBUSY);
     CHECK_EQ(run(0), 0);
     CHECK(S_ISDIR(st.mode));
+    fs_teardown();
+}
+
+/* The refusals fs_hostile_arguments does not reach, for every helper in
+ * turn: its pointer arguments NULL, a negative fd (-EBADF), buffer counts
+ * and sizes out of range, offsets and lengths past INT64_MAX. Each is
+ * refused at once: no callback, the request free for the next call. A
+ * time with nanoseconds out of range is the kernel's to refuse. */
+TEST_THREADED(fs_every_helper_refuses_bad_arguments) {
+    fs_setup();
+    int fd = open_rw(path);
+    char buf[8];
+    struct iovec iov = {buf, sizeof buf};
+    lull_stat st;
+    ncalls = 0;
+    CHECK_EQ(lull_fs_close(L, P, &R, -1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_read(L, P, &R, -1, buf, 1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_read(L, P, &R, fd, NULL, 1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_write(L, P, &R, -1, buf, 1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_write(L, P, &R, fd, buf, 1, UINT64_MAX - 1, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, NULL, 1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, &iov, -1, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readv(L, P, &R, fd, &iov, INT_MAX, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_writev(L, P, &R, -1, &iov, 1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_writev(L, P, &R, fd, &iov, -1, 0, on_fs), -EINVAL);
+    CHECK_EQ(
+        lull_fs_writev(L, P, &R, fd, &iov, 1, (uint64_t)INT64_MAX + 1, on_fs),
+        -EINVAL);
+    CHECK_EQ(lull_fs_stat(L, P, &R, path, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_lstat(L, P, &R, NULL, &st, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fstat(L, P, &R, -1, &st, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_rename(L, P, &R, NULL, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_mkdir(L, P, &R, NULL, 0700, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_rmdir(L, P, &R, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_link(L, P, &R, path, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_symlink(L, P, &R, NULL, path, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_symlink(L, P, &R, path, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readlink(L, P, &R, NULL, buf, sizeof buf, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_readlink(L, P, &R, path, NULL, sizeof buf, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_readlink(L, P, &R, path, buf, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_realpath(L, P, &R, NULL, buf, sizeof buf, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_realpath(L, P, &R, path, buf, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fsync(L, P, &R, fd, NULL), -EINVAL);
+    CHECK_EQ(lull_fs_fdatasync(L, P, &R, -1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_ftruncate(L, P, &R, -1, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_ftruncate(L, P, &R, fd, UINT64_MAX, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, -1, 0, fd, 0, 1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, 0, -1, 0, 1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, UINT64_MAX, fd, 0, 1, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, 0, fd, UINT64_MAX, 1, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_copy_range(L, P, &R, fd, 0, fd, 0, SIZE_MAX, on_fs),
+             -EINVAL);
+    CHECK_EQ(lull_fs_sendfile(L, P, &R, -1, fd, 0, 1, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_sendfile(L, P, &R, fd, fd, UINT64_MAX, 1, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_chmod(L, P, &R, NULL, 0600, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fchmod(L, P, &R, -1, 0600, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_chown(L, P, &R, NULL, 0, 0, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_fchown(L, P, &R, -1, 0, 0, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_utime(L, P, &R, NULL, NULL, on_fs), -EINVAL);
+    CHECK_EQ(lull_fs_futime(L, P, &R, -1, NULL, on_fs), -EBADF);
+    CHECK_EQ(lull_fs_cancel(&R), -EINVAL); /* nothing in flight */
+    CHECK_EQ(ncalls, 0);
+    CHECK(!lull_loop_alive(L));
+    struct timespec bad[2] = {{0, -1}, {0, 1000000000}};
+    CHECK_EQ(run(lull_fs_futime(L, P, &R, fd, bad, on_fs)), -EINVAL);
+    CHECK_EQ(run(lull_fs_close(L, P, &R, fd, on_fs)), 0);
     fs_teardown();
 }
 

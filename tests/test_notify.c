@@ -713,3 +713,36 @@ TEST(notifier_init_with_a_remote_raise_in_flight_asserts) {
     CHECK(check_dies(init_with_a_raise_in_flight, NULL,
                      "lull: remote posts corrupted"));
 }
+
+/* NULL handles do nothing, and zeroed ones (never set up) are not
+ * followed: the void calls return, the int ones refuse, and a real
+ * notifier and listener passed next to a NULL are left as they were. */
+TEST(null_and_zeroed_handles_do_nothing) {
+    lull_loop *loop = new_loop();
+    lull_notifier n;
+    CHECK_EQ(lull_notifier_init(NULL), -EINVAL);
+    CHECK_EQ(lull_notifier_init(&n), 0);
+    sub a = {.id = 1};
+    CHECK_EQ(lull_listener_start(loop, &n, &a.l, on_raise), 0);
+    lull_notifier_raise(NULL);
+    lull_notifier_raise_remote(NULL, &n);
+    lull_notifier_raise_remote(loop, NULL);
+    lull_notifier_quiesce(NULL, &n);
+    lull_notifier_quiesce(loop, NULL);
+    lull_listener_stop(NULL);
+    lull_listener zl;
+    memset(&zl, 0, sizeof zl);
+    lull_listener_stop(&zl); /* never subscribed */
+    lull_notifier zn;
+    memset(&zn, 0, sizeof zn);
+    lull_notifier_raise(&zn); /* no listener to reach */
+    CHECK_U64_EQ(n.raised, 0);
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(a.runs, 0);
+    CHECK(a.l.notifier == &n);
+    lull_notifier_raise(&n); /* still subscribed, and heard */
+    CHECK_EQ(lull_loop_settle(loop), 1);
+    CHECK_EQ(a.runs, 1);
+    lull_listener_stop(&a.l);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

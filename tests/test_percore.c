@@ -1060,3 +1060,24 @@ TEST_THREADED(percore_start_out_of_fds_is_undone_then_works) {
     CHECK(failed_once);
     CHECK(started);
 }
+
+/* NULL sets: a count of 0, no loop, not stopping, stop refused; a set's
+ * loop asked out of range at either end is NULL. */
+TEST_THREADED(percore_null_and_out_of_range_arguments) {
+    CHECK_EQ(lull_percore_count(NULL), 0);
+    CHECK(lull_percore_loop(NULL, 0) == NULL);
+    CHECK(lull_percore_next(NULL) == NULL);
+    CHECK(!lull_percore_stopping(NULL));
+    CHECK_EQ(lull_percore_stop(NULL), -EINVAL);
+    CHECK_EQ(lull_percore_start(NULL, NULL), -EINVAL);
+    lull_percore *pc = NULL;
+    CHECK_EQ(lull_percore_start(&pc, &(lull_percore_options){.loops = -1}),
+             -EINVAL);
+    CHECK(pc == NULL);
+    CHECK_EQ(lull_percore_start(&pc, &(lull_percore_options){.loops = 1}), 0);
+    CHECK(lull_percore_loop(pc, INT_MAX) == NULL);
+    CHECK(lull_percore_loop(pc, INT_MIN) == NULL);
+    CHECK(lull_percore_loop(pc, 0) != NULL);
+    CHECK(lull_percore_next(pc) == lull_percore_loop(pc, 0));
+    CHECK_EQ(lull_percore_stop(pc), 0);
+}

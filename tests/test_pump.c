@@ -1010,3 +1010,57 @@ TEST(close_after_its_loop_was_freed_touches_no_loop) {
     CHECK_EQ(f.passes, 2);
     teardown(&f);
 }
+
+/* NULL pumps do nothing and say the neutral thing (quiet); a zeroed pump
+ * (never set up) is not followed: wake and close return (delivered only
+ * counts in the struct), listen refuses it, and nothing reaches a loop. */
+TEST(null_and_zeroed_pumps_do_nothing) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    lull_notifier n;
+    CHECK_EQ(lull_notifier_init(&n), 0);
+    lull_listener l;
+    memset(&l, 0, sizeof l);
+    lull_pump_wake(NULL);
+    lull_pump_delivered(NULL, 1);
+    lull_pump_close(NULL);
+    CHECK(lull_pump_quiet(NULL));
+    CHECK_EQ(lull_pump_listen(NULL, &n, &l), -EINVAL);
+    CHECK_EQ(lull_pump_init(NULL, &(lull_pump){0}, pass), -EINVAL);
+    lull_pump z;
+    memset(&z, 0, sizeof z);
+    CHECK_EQ(lull_pump_init(loop, &z, NULL), -EINVAL);
+    lull_pump_wake(&z);
+    lull_pump_delivered(&z, 1);
+    CHECK(lull_pump_quiet(&z));
+    CHECK_EQ(lull_pump_listen(&z, &n, &l), -EINVAL);
+    CHECK(l.notifier == NULL);
+    lull_pump_close(&z);
+    CHECK_U64_EQ(z.passes, 0);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* An open pump is known by its address (the process's set of handles in
+ * use), so a copy of one (memcpy: a struct moved after init) is not it: a
+ * wake or listen of the copy stops a debug build, as one of a pump whose
+ * loop was freed does, before it posts the copy's task into the loop. */
+static void wake_a_copy(void *arg) {
+    (void)arg;
+    fixture f;
+    lull_loop *loop = setup(&f);
+    static lull_pump copy;
+    memcpy(&copy, &f.pump, sizeof copy);
+    lull_pump_wake(&copy);
+    (void)loop;
+}
+
+TEST(a_copy_of_an_open_pump_stops_a_debug_build) {
+    if (!check_debug_build()) {
+        printf("skipped: asserts are compiled out of this build\n");
+        return;
+    }
+    CHECK(check_dies(wake_a_copy, NULL, "or a copy of one"));
+}

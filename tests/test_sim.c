@@ -2633,3 +2633,47 @@ TEST(empty_frames_to_a_stopped_reader_fill_the_queue) {
         CHECK_EQ(cl.close_reason, -ENOBUFS);
     }
 }
+
+/* Ends whose close callbacks ran are done, and lull_simnet_free accepts
+ * their network. A clean-up after the network's and the loop's teardown
+ * (a wrapper's destructor) that calls on them gets the answers a done end
+ * gets before (null_and_zeroed_arguments, above) from the
+ * end alone: read_stop and read_start traced and rescheduled on the freed
+ * network, in every build, and shutdown, partition and reset read its
+ * loop's owner for their thread check before their -ENOTCONN in debug
+ * builds (AddressSanitizer: a use after free). */
+TEST(calls_after_close_and_the_nets_free_touch_no_net) {
+    lull_loop *loop = L = vloop();
+    lull_simnet *net;
+    CHECK_EQ(lull_simnet_new(&net, loop, NULL), 0);
+    lull_simserver srv;
+    CHECK_EQ(lull_simserver_listen(net, &srv, "a", on_connection), 0);
+    dont_accept = false;
+    accept_want = 0;
+    accept_opts = (lull_simconn_options){0};
+    end e;
+    client_connect(net, &e, "a", NULL);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(e.connect_status, 0);
+    CHECK_EQ(lull_endpoint_close(&e.c.ep, 0), 0);
+    CHECK_EQ(lull_endpoint_close(&accepted.c.ep, 0), 0);
+    finish(loop, net, &srv);
+    CHECK_EQ(e.closes, 1);
+    CHECK_EQ(accepted.closes, 1);
+    lull_simconn *ends[] = {&e.c, &accepted.c};
+    for (int i = 0; i < 2; i++) {
+        lull_simconn *c = ends[i];
+        CHECK_EQ(lull_simconn_read_stop(c), 0);
+        CHECK_EQ(lull_simconn_read_start(c), 0);
+        CHECK_EQ(lull_simconn_shutdown(c), -ENOTCONN);
+        CHECK_EQ(lull_simconn_partition(c, MS, true), -ENOTCONN);
+        CHECK_EQ(lull_simconn_reset(c, 0), -ENOTCONN);
+        CHECK_EQ(lull_endpoint_read_stop(&c->ep), -ENOTCONN);
+        CHECK_EQ(lull_endpoint_send_copy(&c->ep, "x", 1), -EPIPE);
+        CHECK_EQ(lull_endpoint_close(&c->ep, 0), 0);
+    }
+    lull_simserver_close(&srv);
+    CHECK_EQ(lull_simserver_accept(&srv, &e.c, NULL), -ENOENT);
+    CHECK_EQ(e.closes, 1);
+    CHECK_EQ(accepted.closes, 1);
+}

@@ -16,6 +16,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -2320,6 +2321,38 @@ TEST(more_hostile_arguments) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Every call with a NULL handle refuses (-EINVAL); on a bound socket, the
+ * TTLs refuse a negative value and INT_MAX as they refuse 0 and 256, and
+ * send a length past any datagram (SIZE_MAX) with -EMSGSIZE. */
+TEST(null_handles_and_extreme_values_are_refused) {
+    CHECK_EQ(lull_udp_open(NULL, 0), -EINVAL);
+    CHECK_EQ(lull_udp_local_port(NULL), -EINVAL);
+    CHECK_EQ(lull_udp_recv_stop(NULL), -EINVAL);
+    CHECK_EQ(lull_udp_set_broadcast(NULL, true), -EINVAL);
+    CHECK_EQ(lull_udp_set_ttl(NULL, 4), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_ttl(NULL, 4), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_loop(NULL, true), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_interface(NULL, NULL), -EINVAL);
+    CHECK_EQ(lull_udp_set_membership(NULL, "224.0.0.1", NULL, true), -EINVAL);
+    lull_loop *loop = new_loop();
+    lull_udp u;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK_EQ(lull_udp_set_ttl(&u, -1), -EINVAL);
+    CHECK_EQ(lull_udp_set_ttl(&u, INT_MAX), -EINVAL);
+    CHECK_EQ(lull_udp_set_multicast_ttl(&u, INT_MAX), -EINVAL);
+    static lull_datagram d;
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons(9),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(lull_udp_send(&u, &d, "x", SIZE_MAX, (struct sockaddr *)&to, NULL),
+             -EMSGSIZE);
+    CHECK_EQ(u.queued, 0);
+    CHECK_EQ(lull_udp_close(&u, NULL), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* Unconnected, as libuv's: an ICMP refusal of a datagram sent to a
  * closed port reaches no callback (Linux keeps it from unconnected
  * sockets), the sends succeed, the loop stays quiet and still reads. */
@@ -2438,5 +2471,33 @@ TEST(udp_socket_never_takes_closed_stdio) {
         CHECK(stdio_closed[i]);
     CHECK_EQ(lull_udp_close(&u, NULL), 0);
     CHECK(lull_loop_settle(loop) >= 0);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* lull knows a handle by its address (the process's set of handles in
+ * use), so a copy of one set up (memcpy: a struct moved after init) is not
+ * it: every call that would make or use a socket refuses the copy, and the
+ * handle itself goes on as if no copy were made. */
+TEST(a_copy_of_a_set_up_handle_is_refused) {
+    lull_loop *loop = new_loop();
+    lull_udp u, copy;
+    CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
+    memcpy(&copy, &u, sizeof u);
+    static lull_datagram d;
+    struct sockaddr_in to = {.sin_family = AF_INET,
+                             .sin_port = htons(9),
+                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(lull_udp_bind(&copy, "127.0.0.1", 0, 0), -EINVAL);
+    CHECK_EQ(lull_udp_connect(&copy, "127.0.0.1", 9), -EINVAL);
+    CHECK_EQ(lull_udp_send(&copy, &d, "x", 1, (struct sockaddr *)&to, NULL),
+             -EINVAL);
+    CHECK_EQ(lull_udp_recv_start(&copy, rx_recv), -EINVAL);
+    CHECK_EQ(lull_udp_local_port(&copy), -EBADF);
+    CHECK_EQ(lull_udp_bind(&u, "127.0.0.1", 0, 0), 0);
+    CHECK(lull_udp_local_port(&u) > 0);
+    g_udp_closes = 0;
+    CHECK_EQ(lull_udp_close(&u, count_udp_close), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(g_udp_closes, 1);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
