@@ -1512,6 +1512,50 @@ TEST(peer_reset_mid_record) {
     free_raw_and_finish(loop, r, sctx, NULL);
 }
 
+/* Whole records, then a reset: what arrived before the reset is
+ * delivered, then the close says -ECONNRESET (the kernel hands the queued
+ * bytes out before the error). */
+TEST(whole_records_then_reset_are_delivered_before_the_reset) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    end s;
+    end_init(&s);
+    tcp_acceptor a = {.into = &s.t, .ctx = sctx};
+    a.opts.stream.flags = LULL_STREAM_RAW;
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &a.srv, "127.0.0.1", 0, 0, accept_tls), 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_port =
+                                  htons((uint16_t)lull_server_port(&a.srv)),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    for (int i = 0; i < 100 && !a.accepted; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    end_watch(&s);
+    lull_server_close(&a.srv);
+    raw *r = raw_new(fd, 0);
+    raw_handshake(r, loop);
+    /* Two full 16 KiB records, all on the wire before the reset. */
+    static unsigned char plain[16384], rec[2 * 16384 + 1024];
+    memset(plain, 'r', sizeof plain);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_write(r->ssl, plain, (int)sizeof plain), (int)sizeof plain);
+    CHECK_EQ(SSL_write(r->ssl, plain, (int)sizeof plain), (int)sizeof plain);
+#endif
+    size_t n = raw_take(r, rec, sizeof rec);
+    CHECK(n > 2 * sizeof plain);
+    raw_send(r, rec, n);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    raw_close(r);
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.bytes, 2 * sizeof plain);
+    CHECK_EQ(s.reason, -ECONNRESET);
+    free_raw_and_finish(loop, r, sctx, NULL);
+}
 TEST(tls12_renegotiation_is_refused) {
     if (skip()) return;
     setup();
