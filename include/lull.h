@@ -1603,7 +1603,10 @@ typedef struct lull_tls_options {       /* all zero = defaults */
     lull_stream_options stream;         /* framing and limits of the plaintext,
                                            the socket's timeouts */
     const char *server_name;            /* client: SNI, and the name (or IP)
-                                           the certificate must carry */
+                                           the certificate must carry;
+                                           "[::1]" and "name." as a host
+                                           (the address, the name), at
+                                           most 255 bytes (-EINVAL) */
     uint64_t handshake_timeout_ns;      /* 0 = 10 s; from the connection
                                            (a connect's own wait is
                                            stream.connect_timeout_ns) */
