@@ -555,7 +555,7 @@ for ca in ca ca2; do
         -keyout "$dir/$ca.key" -out "$dir/$ca.crt" -subj "/CN=lull-kv test $ca" -days 1 \
         2>/dev/null || fail "openssl req (CA)"
 done
-cert server ca "subjectAltName=DNS:localhost,IP:127.0.0.1
+cert server ca "subjectAltName=DNS:localhost,IP:127.0.0.1,IP:::1
 extendedKeyUsage=serverAuth,clientAuth" || fail "openssl (server certificate)"
 cert client ca "extendedKeyUsage=clientAuth" || fail "openssl (client certificate)"
 cert stranger ca2 "extendedKeyUsage=clientAuth" || fail "openssl (stranger certificate)"
@@ -663,4 +663,12 @@ start trepbad --port 0 --replica-of "127.0.0.1:$tport" --tls-replication yes --m
 eventually grep -q "replica: connect to 127.0.0.1:$tport: certificate verify failed" "$dir/trepbad.out" ||
     fail "a TLS replica of the wrong CA not logged with its reason"
 [ "$(redis-cli -p "$started_port" DBSIZE)" = 0 ] || fail "a TLS replica of the wrong CA got keys"
+# A primary at [::1], as --replica-of writes an IPv6 address: its
+# certificate's IP name is checked (the brackets were, "hostname mismatch").
+if [ "$have_v6" = 1 ]; then
+    start tls6 --port 0 --bind ::1 --tls-port "$(free_port)" --tls-auth-clients no "${tlsargs[@]}"
+    start trep6 --port 0 --replica-of "[::1]:$started_tls" --tls-replication yes "${tlsargs[@]}"
+    eventually grep -q "in sync with \[::1\]:" "$dir/trep6.out" ||
+        fail "TLS replica of [::1]: $(cat "$dir/trep6.out")"
+fi
 echo "ok: TLS replication ($(wc -l <"$dir/tkeys") keys)"
