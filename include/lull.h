@@ -1369,11 +1369,11 @@ LULL_EXTERN int lull_udp_local_port(const lull_udp *udp);
  * until cb runs) to `to` (NULL on a connected socket). 0, or: -EINVAL
  * (NULL handle or request, bytes NULL with len > 0, to NULL on an
  * unconnected socket, a family the socket does not take), -EISCONN (to
- * given on a connected socket), -EMSGSIZE (len > 65507, 65527 to IPv6,
- * or past gso_segment's 64 segments), -EBUSY (the request is in flight),
- * -ENOBUFS (queued + len would pass max_queued), -EPIPE (closed); on a
- * handle with no socket yet, the errno of the socket it makes (-EMFILE,
- * -ENFILE: nothing is kept). cb may be NULL. */
+ * given on a connected socket), -EMSGSIZE (len > 65507, 65527 to IPv6
+ * not IPv4-mapped, or past gso_segment's 64 segments), -EBUSY (the
+ * request is in flight), -ENOBUFS (queued + len would pass max_queued),
+ * -EPIPE (closed); on a handle with no socket yet, the errno of the
+ * socket it makes (-EMFILE, -ENFILE: nothing is kept). cb may be NULL. */
 LULL_EXTERN int lull_udp_send(lull_udp *udp, lull_datagram *req,
                               const void *bytes, size_t len,
                               const struct sockaddr *to, lull_udp_send_fn cb);
@@ -1610,7 +1610,10 @@ typedef struct lull_tls_options {       /* all zero = defaults */
     lull_stream_options stream;         /* framing and limits of the plaintext,
                                            the socket's timeouts */
     const char *server_name;            /* client: SNI, and the name (or IP)
-                                           the certificate must carry */
+                                           the certificate must carry;
+                                           "[::1]" and "name." as a host
+                                           (the address, the name), at
+                                           most 255 bytes (-EINVAL) */
     uint64_t handshake_timeout_ns;      /* 0 = 10 s; from the connection
                                            (a connect's own wait is
                                            stream.connect_timeout_ns) */

@@ -1512,12 +1512,19 @@ static void master_lost(server *srv, const char *what, int rc) {
  * failed (said by master_connected), is not reported lost again. */
 static void master_closed(lull_endpoint *ep, int reason) {
     server *srv = ep->data;
+    /* Under --tls-replication, OpenSSL's words ("certificate verify
+     * failed: ...", "bad record mac"), as a client's failed handshake is
+     * logged: the errno alone ("Key was rejected by service") left the
+     * replica's operator to guess between a CA, a name and an expiry. */
+    const char *why =
+        srv->repl_tls ? lull_tls_error_string(&srv->m.t.tls) : NULL;
+    const char *said = why && *why ? why : reason ? strerror(-reason) : "EOF";
     if (srv->m.state == M_SYNC || srv->m.state == M_UP)
         srv_log(srv, "replica: link to %s:%d lost (%s)", srv->m.host,
-                srv->m.port, reason ? strerror(-reason) : "EOF");
+                srv->m.port, said);
     else if (srv->m.state == M_CONNECTING) /* a TLS handshake that failed */
         srv_log(srv, "replica: connect to %s:%d: %s", srv->m.host, srv->m.port,
-                reason ? strerror(-reason) : "EOF");
+                said);
     master_down(srv);
 }
 

@@ -474,6 +474,45 @@ static void accept_on(lull_server *ls) {
         conn_refuse(c, denied, "refused by protected mode");
 }
 
+/* --bind's IPv6 unspecified address ("::", "[::]"). */
+static bool is_v6_any(const char *host) {
+    char text[INET6_ADDRSTRLEN];
+    size_t n = strlen(host);
+    if (n >= 2 && host[0] == '[' && host[n - 1] == ']') {
+        host++;
+        n -= 2;
+    }
+    if (n >= sizeof text) return false;
+    memcpy(text, host, n);
+    text[n] = '\0';
+    struct in6_addr a;
+    return inet_pton(AF_INET6, text, &a) == 1 && IN6_IS_ADDR_UNSPECIFIED(&a);
+}
+
+/* "::" beside an IPv4 address of --bind listens on IPv6 alone
+ * (IPV6_V6ONLY), as Redis' IPv6 listeners do. Dual-stack, the kernel's
+ * default, it claimed the port on every IPv4 address too, so redis.conf's
+ * "every address", `bind 0.0.0.0 ::` (either order), or `:: 127.0.0.1`,
+ * stopped lull-kv at start with EADDRINUSE. */
+static int listen_v6_only_any(lull_loop *loop, lull_server *ls, int port,
+                              lull_connection_fn fn) {
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -errno;
+    int one = 1;
+    struct sockaddr_in6 sa = {.sin6_family = AF_INET6,
+                              .sin6_port = htons((uint16_t)port),
+                              .sin6_addr = IN6ADDR_ANY_INIT};
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0 ||
+        bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
+        int rc = -errno;
+        close(fd);
+        return rc;
+    }
+    return lull_server_open(loop, ls, fd, fn); /* owns fd, also on failure */
+}
+
 /* ------------------------------------------------------------- main */
 
 /* maxclients: what RLIMIT_NOFILE, its soft limit raised to the hard one,
@@ -547,7 +586,7 @@ static const char usage_text[] =
     "                    then, and that replica gets a snapshot)\n"
     "  --bind ADDR [ADDR ...]\n"
     "                    listen on these numeric addresses, IPv4 or IPv6\n"
-    "                    (default 127.0.0.1)\n"
+    "                    (default 127.0.0.1; :: beside IPv4: IPv6 only)\n"
     "  --requirepass PASS\n"
     "                    clients must AUTH with PASS (user default)\n"
     "  --masterauth PASS the password a replica AUTHs with to its primary\n"
@@ -1318,6 +1357,11 @@ int main(int argc, char **argv) {
     lull_tls_ctx *tls_ctx = NULL;
     if (make_tls(&tls, &srv, &tls_ctx)) return 1;
     if (nbind == 0) bind[nbind++] = "127.0.0.1";
+    bool any_v4 = false;
+    for (int b = 0; b < nbind; b++) {
+        struct in_addr a4;
+        any_v4 |= inet_pton(AF_INET, bind[b], &a4) == 1;
+    }
     /* Every address on one port: the first bind picks it when --port 0. */
     char line[1024];
     size_t used = 0;
@@ -1328,8 +1372,11 @@ int main(int argc, char **argv) {
             l->srv = &srv;
             l->tls = t ? tls_ctx : NULL;
             l->tcp = true;
-            rc = lull_server_listen_tcp(loop, &l->ls, bind[b], want, 0,
-                                        accept_on);
+            if (any_v4 && is_v6_any(bind[b]))
+                rc = listen_v6_only_any(loop, &l->ls, want, accept_on);
+            else
+                rc = lull_server_listen_tcp(loop, &l->ls, bind[b], want, 0,
+                                            accept_on);
             if (rc < 0) {
                 fprintf(stderr, "lull-kv: listen on %s port %d: %s\n", bind[b],
                         want, strerror(-rc));

@@ -462,8 +462,12 @@ int lull_dial_start(lull_loop *loop, lull_pool *pool, lull_dial *d,
         inside[hl - 2] = '\0';
         literal = inside;
     }
-    if (getaddrinfo(literal, d->service, &numeric, &res) == 0) {
-        resolved(d, 0, 0, res, 0);
+    int gai = getaddrinfo(literal, d->service, &numeric, &res);
+    /* A numeric host of the other family than asked for (EAI_ADDRFAMILY)
+     * is decided here too: no lookup can give it an address, and "[::1]"
+     * went to the name services as a name (a pool round trip, NSS). */
+    if (gai == 0 || gai == EAI_ADDRFAMILY) {
+        resolved(d, gai, 0, res, 0);
         return 0;
     }
     if (!pool && (rc = lull_pool_default(&pool)) < 0) return abandon(d, rc);

@@ -1286,6 +1286,30 @@ int lull__tls_shutdown(lull_endpoint *ep) {
 
 /* ------------------------------------------------------------- setup */
 
+/* The host a client's server_name names, as certificates and SNI carry
+ * it, into buf: "[::1]" (a URL's form, which the connect calls take for a
+ * host too) is the address inside, and a fully qualified "example.com."
+ * is example.com (SNI has no final dot, RFC 6066, nor has a certificate's
+ * name: it was checked as written, "hostname mismatch"). -EINVAL past
+ * SNI's 255 bytes: no host has such a name (OpenSSL then sent none). */
+#define HOST_MAX  255
+static int host_of(const char *given, char buf[HOST_MAX + 1]) {
+    size_t n = strlen(given);
+    if (n > 2 && given[0] == '[' && given[n - 1] == ']' &&
+        n - 2 < INET6_ADDRSTRLEN) {
+        unsigned char ip[16];
+        memcpy(buf, given + 1, n - 2);
+        buf[n - 2] = '\0';
+        if (inet_pton(AF_INET6, buf, ip) == 1) return 0;
+    } else if (n >= 2 && given[n - 1] == '.' && given[n - 2] != '.') {
+        n--;
+    }
+    if (n > HOST_MAX) return -EINVAL;
+    memcpy(buf, given, n);
+    buf[n] = '\0';
+    return 0;
+}
+
 static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
                    const lull_tls_options *o, lull_stream_options *so) {
     /* The memset below would re-initialise tasks and a stream a loop still
@@ -1359,15 +1383,21 @@ static int prepare(lull_loop *loop, lull_tls *t, lull_tls_ctx *ctx,
     if (!ctx->server) {
         t->state |= T_CLIENT;
         SSL_set_connect_state(ssl);
-        const char *name = o->server_name;
+        char host[HOST_MAX + 1];
+        const char *name = NULL;
+        if (o->server_name && host_of(o->server_name, host) == 0) name = host;
         if (name) {
             unsigned char ip[16];
             bool literal = inet_pton(AF_INET, name, ip) == 1 ||
                            inet_pton(AF_INET6, name, ip) == 1;
-            if (!literal) SSL_set_tlsext_host_name(ssl, name);
+            /* Refused only for want of memory: host_of bounds the name. */
+            if (!literal && SSL_set_tlsext_host_name(ssl, name) != 1) {
+                unprepare(t);
+                return -ENOMEM;
+            }
             if (literal) /* inet_pton took it: it fits */
-                snprintf(out_of(t)->ip_name, sizeof out_of(t)->ip_name, "%s",
-                         name);
+                snprintf(out_of(t)->ip_name, sizeof out_of(t)->ip_name, "%.*s",
+                         (int)sizeof out_of(t)->ip_name - 1, name);
             if (ctx->verify) {
                 int ok = literal ? X509_VERIFY_PARAM_set1_ip_asc(
                                        SSL_get0_param(ssl), name)
@@ -1418,6 +1448,9 @@ static bool args_ok(lull_tls *t, lull_tls_ctx *ctx, const lull_tls_options *o,
     /* Nor an empty one: OpenSSL takes SSL_set1_host(ssl, "") as "check
      * no name", the same hole. */
     if (!server && ctx->verify && !o->server_name[0]) return false;
+    char host[HOST_MAX + 1];
+    if (!server && o->server_name && host_of(o->server_name, host) < 0)
+        return false;
     return true;
 }
 

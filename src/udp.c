@@ -124,6 +124,7 @@
 #define U_INET6     0x400u  /* the socket is AF_INET6 (ditto) */
 #define U_RECV_EACH 0x800u  /* recvmmsg refused (seccomp): recvmsg each */
 #define U_SEND_EACH 0x1000u /* sendmmsg refused (seccomp): sendmsg each */
+#define U_PEER4     0x2000u /* connected to an IPv4 peer, mapped or not */
 
 /* One receive slot's headers. */
 typedef struct recv_meta {
@@ -279,6 +280,14 @@ static void enable_gro(lull_udp *udp) {
 
 static int socket_family(const lull_udp *udp);
 
+/* An IPv4 address, or an IPv4-mapped IPv6 one (::ffff:a.b.c.d): either
+ * leaves as an IPv4 datagram, 65507 bytes at most. */
+static bool ipv4_bound(const struct sockaddr *sa) {
+    if (sa->sa_family == AF_INET) return true;
+    return sa->sa_family == AF_INET6 &&
+           IN6_IS_ADDR_V4MAPPED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+}
+
 /* Takes fd as the handle's socket. UDP_SEGMENT and UDP_GRO are UDP's: on
  * another datagram socket (Unix) a long send is split by lull. */
 static int adopt(lull_udp *udp, int fd) {
@@ -386,8 +395,10 @@ int lull_udp_open(lull_udp *udp, int fd) {
      * without an address. */
     struct sockaddr_storage peer;
     socklen_t plen = sizeof peer;
-    if (getpeername(fd, (struct sockaddr *)&peer, &plen) == 0)
+    if (getpeername(fd, (struct sockaddr *)&peer, &plen) == 0) {
         udp->state |= U_CONNECTED;
+        if (ipv4_bound((struct sockaddr *)&peer)) udp->state |= U_PEER4;
+    }
     return 0;
 }
 
@@ -397,7 +408,7 @@ int lull_udp_connect(lull_udp *udp, const char *host, int port) {
         if (!has_socket(udp)) return -EBADF;
         struct sockaddr unspec = {.sa_family = AF_UNSPEC};
         if (connect(udp->io.fd, &unspec, sizeof unspec) != 0) return -errno;
-        udp->state &= ~U_CONNECTED;
+        udp->state &= ~(U_CONNECTED | U_PEER4);
         /* A port the kernel picked (a connect's, or a bind to port 0) it
          * lets go here: unbound again, lull_udp_bind may bind it. */
         if (lull_udp_local_port(udp) == 0) udp->state &= ~U_BOUND;
@@ -412,6 +423,8 @@ int lull_udp_connect(lull_udp *udp, const char *host, int port) {
     if (made && (rc = make_socket(udp, family)) < 0) return rc;
     if (connect(udp->io.fd, (struct sockaddr *)&ss, len) != 0)
         return made ? drop_socket(udp, -errno) : -errno;
+    udp->state &= ~U_PEER4;
+    if (ipv4_bound((struct sockaddr *)&ss)) udp->state |= U_PEER4;
     udp->state |= U_CONNECTED | U_BOUND;
     return 0;
 }
@@ -495,8 +508,11 @@ int lull_udp_send(lull_udp *udp, lull_datagram *req, const void *bytes,
      * (on another, it would be linked into two queues). A request is zeroed
      * before its first use (lull.h), so req->udp is NULL then. */
     if (req->udp) return -EBUSY;
-    /* IPv6: the destination's family, or a connected socket's. */
-    bool v6 = to ? to->sa_family == AF_INET6 : (udp->state & U_INET6) != 0;
+    /* IPv6's bound: the destination's family, or a connected socket's
+     * peer's; an IPv4-mapped address leaves as IPv4, whose bound the
+     * kernel would meet only at the flush (-EMSGSIZE in the callback). */
+    bool v6 =
+        to ? !ipv4_bound(to) : (udp->state & (U_INET6 | U_PEER4)) == U_INET6;
     size_t one = v6 ? DATAGRAM6_MAX : DATAGRAM_MAX;
     size_t max = udp->gso_segment ? udp->gso_segment * GSO_MAX_SEGMENTS : one;
     if (udp->gso_segment > one) max = one;

@@ -917,8 +917,13 @@ void __wrap_freeaddrinfo(struct addrinfo *ai) {
     if (slow) __atomic_store_n(&slow_list_freed, true, __ATOMIC_RELEASE);
 }
 
+/* getaddrinfo calls that may ask a resolver (no AI_NUMERICHOST). */
+static int name_lookups;
+
 int __wrap_getaddrinfo(const char *node, const char *service,
                        const struct addrinfo *hints, struct addrinfo **res) {
+    if (!(hints && (hints->ai_flags & AI_NUMERICHOST)))
+        __atomic_fetch_add(&name_lookups, 1, __ATOMIC_RELAXED);
     if (node && strcmp(node, FAILING_NAME) == 0) {
         errno = failing_errno;
         return failing_code;
@@ -1371,6 +1376,34 @@ TEST(bracketed_ipv6_literal_is_numeric) {
     CHECK(lull_loop_settle(loop) >= 0);
     close(l6);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A numeric host of the other family than opts->family asked for has no
+ * address to dial, and no resolver can give it one: -EHOSTUNREACH with
+ * EAI_ADDRFAMILY, decided on the loop. It went to the pool as a name,
+ * "[::1]" in its brackets to the name services (/etc/hosts, then NSS's
+ * modules) before they said no. */
+TEST(numeric_host_of_the_other_family_asks_no_resolver) {
+    const char *hosts[] = {"[::1]", "::1", "127.0.0.1"};
+    const int fams[] = {AF_INET, AF_INET, AF_INET6};
+    for (int i = 0; i < 3; i++) {
+        reset();
+        lull_loop *loop = new_loop(LULL_CLOCK_VIRTUAL);
+        lull_dial d = {0};
+        lull_stream s;
+        lull_dial_options o = {.family = fams[i]};
+        __atomic_store_n(&name_lookups, 0, __ATOMIC_RELAXED);
+        CHECK_EQ(lull_dial_start(loop, NULL, &d, &s, hosts[i], 9, &o, on_dial),
+                 0);
+        CHECK_EQ(dial_calls, 0); /* a later turn */
+        settle_until_dialed(loop);
+        CHECK_EQ(dial_calls, 1);
+        CHECK_EQ(dial_status, -EHOSTUNREACH);
+        CHECK_EQ(d.gai_error, EAI_ADDRFAMILY);
+        CHECK_EQ(d.attempts, 0);
+        CHECK_EQ(__atomic_load_n(&name_lookups, __ATOMIC_RELAXED), 0);
+        CHECK_EQ(lull_loop_free(loop), 0);
+    }
 }
 
 /* A paused stream is open (its fd held) with no watcher started and

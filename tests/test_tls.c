@@ -909,6 +909,49 @@ TEST(common_name_is_not_a_host_name) {
 #endif
 }
 
+/* server_name as lull's connect calls take a host: a fully qualified
+ * "localhost." is localhost, checked and sent (SNI) without the dot,
+ * which neither certificates nor SNI carry (RFC 6066); "[::1]", a URL's
+ * form, is the address inside, checked against the IP names. It was
+ * checked as written: "hostname mismatch" for a certificate that names
+ * that very host. Only one final dot goes, and only brackets around an
+ * IPv6 address. */
+TEST(server_name_fully_qualified_or_bracketed_is_the_host) {
+    if (skip()) return;
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(name_check("x", "DNS:localhost", "localhost."), 0);
+    CHECK_EQ(name_check("x", "IP:::1", "[::1]"), 0);
+    CHECK_EQ(name_check("x", "DNS:localhost", "localhost.."), -EKEYREJECTED);
+    CHECK_EQ(name_check("x", "DNS:localhost", "[localhost]"), -EKEYREJECTED);
+    CHECK_EQ(name_check("x", "DNS:localhost", "."), -EKEYREJECTED);
+#endif
+    lull_tls_ctx *sctx, *cctx;
+    lull_loop *loop = start(&sctx, &cctx);
+    end c, s;
+    end_pair(loop, &c, cctx, &s, sctx, "localhost.");
+    run_until(loop, &s.handshaken, 100);
+    run_until(loop, &c.handshaken, 100);
+    CHECK(lull_tls_server_name(&s.t));
+    CHECK(strcmp(lull_tls_server_name(&s.t), "localhost") == 0);
+    CHECK_EQ(lull_endpoint_close(&c.t.ep, 0), 0);
+    settle_closes(loop, &c, &s);
+    /* Past SNI's 255 bytes no host is named: refused by the call (a
+     * final dot aside), not sent without SNI or failed as a mismatch. */
+    char name[258];
+    memset(name, 'a', sizeof name);
+    name[256] = '\0';
+    lull_tls_options lo = {.server_name = name};
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_tls t;
+    CHECK_EQ(lull_tls_open(loop, &t, cctx, sv[0], &lo), -EINVAL); /* owned */
+    name[255] = '.';
+    CHECK_EQ(lull_tls_open(loop, &t, cctx, sv[1], &lo), 0);
+    lull_endpoint_set_callbacks(&t.ep, NULL, NULL, NULL);
+    CHECK_EQ(lull_endpoint_close(&t.ep, 0), 0);
+    finish(loop, sctx, cctx);
+}
+
 /* An empty server_name is no name: OpenSSL takes SSL_set1_host(ssl, "")
  * as "check no host", so a verifying client would accept any certificate
  * its CAs signed, for anyone. It is refused as a missing name is. */
@@ -1512,6 +1555,50 @@ TEST(peer_reset_mid_record) {
     free_raw_and_finish(loop, r, sctx, NULL);
 }
 
+/* Whole records, then a reset: what arrived before the reset is
+ * delivered, then the close says -ECONNRESET (the kernel hands the queued
+ * bytes out before the error). */
+TEST(whole_records_then_reset_are_delivered_before_the_reset) {
+    if (skip()) return;
+    setup();
+    lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC);
+    lull_tls_ctx *sctx = server_ctx(NULL);
+    end s;
+    end_init(&s);
+    tcp_acceptor a = {.into = &s.t, .ctx = sctx};
+    a.opts.stream.flags = LULL_STREAM_RAW;
+    CHECK_EQ(
+        lull_server_listen_tcp(loop, &a.srv, "127.0.0.1", 0, 0, accept_tls), 0);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET,
+                              .sin_port =
+                                  htons((uint16_t)lull_server_port(&a.srv)),
+                              .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    CHECK_EQ(connect(fd, (struct sockaddr *)&sin, sizeof sin), 0);
+    for (int i = 0; i < 100 && !a.accepted; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    end_watch(&s);
+    lull_server_close(&a.srv);
+    raw *r = raw_new(fd, 0);
+    raw_handshake(r, loop);
+    /* Two full 16 KiB records, all on the wire before the reset. */
+    static unsigned char plain[16384], rec[2 * 16384 + 1024];
+    memset(plain, 'r', sizeof plain);
+#ifdef LULL_HAVE_OPENSSL
+    CHECK_EQ(SSL_write(r->ssl, plain, (int)sizeof plain), (int)sizeof plain);
+    CHECK_EQ(SSL_write(r->ssl, plain, (int)sizeof plain), (int)sizeof plain);
+#endif
+    size_t n = raw_take(r, rec, sizeof rec);
+    CHECK(n > 2 * sizeof plain);
+    raw_send(r, rec, n);
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    CHECK_EQ(setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg), 0);
+    raw_close(r);
+    run_until(loop, &s.closed, 100);
+    CHECK_EQ(s.bytes, 2 * sizeof plain);
+    CHECK_EQ(s.reason, -ECONNRESET);
+    free_raw_and_finish(loop, r, sctx, NULL);
+}
 TEST(tls12_renegotiation_is_refused) {
     if (skip()) return;
     setup();

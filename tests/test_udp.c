@@ -1448,6 +1448,60 @@ TEST(ipv6_datagram_of_65527_bytes) {
     close_tx_rx_and_loop(loop, &tx, &r);
 }
 
+/* An IPv4-mapped IPv6 destination (::ffff:127.0.0.1, as a dual-stack
+ * socket's sender reads) is an IPv4 one: its bound is IPv4's 65507 bytes,
+ * refused by the call as for a sockaddr_in, not accepted to fail in the
+ * callback; a socket connected to one (by lull or before) likewise. */
+TEST(ipv4_mapped_destination_has_ipv4s_size_bound) {
+    lull_loop *loop = new_loop();
+    rx r;
+    memset(&r, 0, sizeof r);
+    r.udp.data = &r;
+    CHECK_EQ(lull_udp_init(loop, &r.udp, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&r.udp, "::", 0, 0), 0);
+    CHECK_EQ(lull_udp_recv_start(&r.udp, rx_recv), 0);
+    int port = lull_udp_local_port(&r.udp);
+    struct sockaddr_in6 to = {.sin6_family = AF_INET6,
+                              .sin6_port = htons((uint16_t)port)};
+    CHECK_EQ(inet_pton(AF_INET6, "::ffff:127.0.0.1", &to.sin6_addr), 1);
+    static unsigned char big[65508];
+    memset(big, 'm', sizeof big);
+    lull_udp tx;
+    CHECK_EQ(lull_udp_init(loop, &tx, NULL), 0);
+    CHECK_EQ(lull_udp_bind(&tx, "::", 0, 0), 0);
+    static lull_datagram d, d2;
+    CHECK_EQ(lull_udp_send(&tx, &d, big, 65508, (struct sockaddr *)&to, NULL),
+             -EMSGSIZE);
+    CHECK_EQ(lull_udp_send(&tx, &d, big, 65507, (struct sockaddr *)&to, NULL),
+             0);
+    run_until(loop, &r.count, 1);
+    CHECK_EQ(r.lens[0], 65507);
+    CHECK_EQ(r.family[0], AF_INET6); /* as the dual-stack socket reads it */
+    /* Connected to the mapped address: the same bound. */
+    CHECK_EQ(lull_udp_connect(&tx, "::ffff:127.0.0.1", port), 0);
+    CHECK_EQ(lull_udp_send(&tx, &d2, big, 65508, NULL, NULL), -EMSGSIZE);
+    CHECK_EQ(lull_udp_send(&tx, &d2, big, 65507, NULL, NULL), 0);
+    run_until(loop, &r.count, 2);
+    CHECK_EQ(r.lens[1], 65507);
+    /* Disconnected, then connected to a plain IPv6 address: 65527 again. */
+    CHECK_EQ(lull_udp_connect(&tx, NULL, 0), 0);
+    CHECK_EQ(lull_udp_connect(&tx, "::1", port), 0);
+    CHECK_EQ(lull_udp_send(&tx, &d2, big, 65508, NULL, NULL), 0);
+    run_until(loop, &r.count, 3);
+    CHECK_EQ(r.lens[2], 65508);
+    /* A socket connected to the mapped address before lull took it. */
+    int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(connect(fd, (struct sockaddr *)&to, sizeof to), 0);
+    lull_udp adopted;
+    CHECK_EQ(lull_udp_init(loop, &adopted, NULL), 0);
+    CHECK_EQ(lull_udp_open(&adopted, fd), 0);
+    static lull_datagram d3;
+    CHECK_EQ(lull_udp_send(&adopted, &d3, big, 65508, NULL, NULL), -EMSGSIZE);
+    CHECK_EQ(lull_udp_close(&adopted, NULL), 0);
+    close_tx_rx_and_loop(loop, &tx, &r);
+}
+
 TEST(hostile_arguments) {
     lull_loop *loop = new_loop();
     lull_udp u;
