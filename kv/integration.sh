@@ -868,6 +868,21 @@ out=$(redis-cli -p "$port" --pipe <"$dir/ttlkeys" 2>&1)
 echo "$out" | grep -q "errors: 0, replies: 100000" || fail "--pipe of TTL keys: $out"
 synced "$rport"
 sleeps() { awk '/^voluntary_ctxt_switches/ { print $2 }' "/proc/$1/status"; }
+# The window starts once each has handled what came before it (the close
+# of synced's last redis-cli, which a loaded machine may deliver late):
+# no wakeup for 0.2 s. A timer firing more often than that never settles.
+settled() {
+    local a b
+    for _ in $(seq 25); do
+        a=$(sleeps "$1")
+        sleep 0.2
+        b=$(sleeps "$1")
+        [ "$a" = "$b" ] && return 0
+    done
+    fail "lull-kv $1 woke up in every 0.2 s for 5 s while idle"
+}
+settled "$pid"
+settled "$rpid"
 s0=$(sleeps "$pid")
 r0=$(sleeps "$rpid")
 sleep 1
