@@ -1287,6 +1287,23 @@ TEST(expiry_never_early_never_late) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+TEST(dbsize_counts_no_key_whose_time_is_past) {
+    /* A key whose time has come is gone for every command, DBSIZE too,
+     * even when the timer has not run yet (the loop busy elsewhere): it
+     * counted such keys, where GET found them gone. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    vexec(&v, "SET a 1 PX 5");
+    vexec(&v, "SET b 1");
+    lull_timer_stop(&v.x.timer); /* as if the timer were late */
+    lull_loop_advance(loop, 6 * MS);
+    CHECK(strcmp(vexec(&v, "DBSIZE"), ":1\r\n") == 0);
+    CHECK_EQ(store_count(&v.k.db), 1);
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(expiry_commands) {
     lull_loop *loop = virtual_loop();
     vkv v;
