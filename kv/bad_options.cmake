@@ -33,6 +33,8 @@ set(cases
   "--port 0 --replica-of h:+1|lull-kv: --replica-of takes HOST:PORT"
   "--port 0 --replica-of 'h: 1'|lull-kv: --replica-of takes HOST:PORT"
   "--port 0 --client-output-buffer-limit normal 1|lull-kv: --client-output-buffer-limit takes CLASS HARD SOFT SECONDS"
+  "--port 0 --client-output-buffer-limit normal 1 1 4294967296|lull-kv: --client-output-buffer-limit takes CLASS HARD SOFT SECONDS"
+  "--port 0 --replica-of 127.0.0.1:0|lull-kv: --replica-of takes HOST:PORT"
   "--port 0 --tls-auth-clients x|lull-kv: --tls-auth-clients takes yes, no or optional, not 'x'"
   "--port 0 --maxmemory-clients 10%|lull-kv: --maxmemory-clients takes a size in bytes, 0 for none (no percentage), not '10%'"
   "--port 0 --maxmemory-clients -1|lull-kv: --maxmemory-clients takes a size in bytes, 0 for none (no percentage), not '-1'"

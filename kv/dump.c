@@ -20,6 +20,19 @@ typedef struct item {
     size_t len;
 } item;
 
+/* Each key, member, field and value is written after its length ("3:abc"):
+ * with separators alone a list of "a,b" dumped as the list of "a" and "b",
+ * and a hash's field "a=b" of "c" as field "a" of "b=c". */
+static size_t put_len(char *at, size_t len) {
+    return (size_t)sprintf(at, "%zu:", len);
+}
+
+static void put_item(buf *d, const char *p, size_t len) {
+    char n[24];
+    buf_put(d, n, put_len(n, len));
+    buf_put(d, p, len);
+}
+
 static int cmp_item(const void *a, const void *b) {
     const item *x = a, *y = b;
     int c = memcmp(x->p, y->p, x->len < y->len ? x->len : y->len);
@@ -44,18 +57,18 @@ void kv_dump(kv *k, buf *d) {
     for (i = 0; i < n; i++) {
         dict_entry *e = store_find(&k->db, keys[i].p, keys[i].len);
         kobj *o = store_obj(e);
-        buf_put(d, keys[i].p, keys[i].len);
+        put_item(d, keys[i].p, keys[i].len);
         snprintf(line, sizeof line, " type=%d expire=%lld: ", o->type,
                  (long long)store_expire(&k->db, e));
         buf_str(d, line);
         item *items = NULL;
         size_t m = 0;
         if (o->type == KV_STRING) {
-            buf_put(d, kobj_str(o), o->len);
+            put_item(d, kobj_str(o), o->len);
         } else if (o->type == KV_LIST) {
             kv_list *l = o->val;
             for (size_t j = 0; j < l->n; j++) {
-                buf_put(d, elem_bytes(list_at(l, j)), list_at(l, j)->len);
+                put_item(d, elem_bytes(list_at(l, j)), list_at(l, j)->len);
                 buf_str(d, ",");
             }
         } else if (o->type == KV_ZSET) {
@@ -63,7 +76,7 @@ void kv_dump(kv *k, buf *d) {
             for (znode *x = z->head->lv[0].fwd; x; x = x->lv[0].fwd) {
                 size_t len;
                 const char *name = znode_name(z, x, &len);
-                buf_put(d, name, len);
+                put_item(d, name, len);
                 snprintf(line, sizeof line, "=%.17g,", x->score);
                 buf_str(d, line);
             }
@@ -74,14 +87,18 @@ void kv_dump(kv *k, buf *d) {
             for (size_t b = 0; b < sd->nbuckets; b++)
                 for (dict_entry *f = sd->buckets[b]; f; f = f->next) {
                     kv_elem *v = o->type == KV_HASH ? hash_value(f) : NULL;
-                    size_t len = f->klen + (v ? v->len + 1 : 0);
-                    items[m].p = malloc(len + 1);
-                    memcpy(items[m].p, dict_key(sd, f), f->klen);
+                    char *at = malloc(f->klen + (v ? v->len : 0) + 48);
+                    items[m].p = at;
+                    at += put_len(at, f->klen);
+                    memcpy(at, dict_key(sd, f), f->klen);
+                    at += f->klen;
                     if (v) {
-                        items[m].p[f->klen] = '=';
-                        memcpy(items[m].p + f->klen + 1, elem_bytes(v), v->len);
+                        *at++ = '=';
+                        at += put_len(at, v->len);
+                        memcpy(at, elem_bytes(v), v->len);
+                        at += v->len;
                     }
-                    items[m].len = len;
+                    items[m].len = (size_t)(at - items[m].p);
                     m++;
                 }
             qsort(items, m, sizeof *items, cmp_item);

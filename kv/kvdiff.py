@@ -667,6 +667,18 @@ def gen(r, now_s, in_multi=False):
 # --edges: fixed requests at the edges, one string each, words split at
 # spaces ("\s" a space in a word, "\e" an empty word).
 EDGES = r"""
+HSET hb f 9223372036854775806
+HINCRBY hb f 1
+HINCRBY hb f 1
+HSET hb g -9223372036854775807
+HINCRBY hb g -1
+HINCRBY hb g -1
+SET cb 9223372036854775806
+INCRBY cb 1
+INCR cb
+SET cc -9223372036854775807
+DECRBY cc 1
+DECR cc
 RPUSH l a b c d e
 LRANGE l 9223372036854775807 -9223372036854775808
 LRANGE l -9223372036854775808 9223372036854775807

@@ -1287,6 +1287,23 @@ TEST(expiry_never_early_never_late) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+TEST(dbsize_counts_no_key_whose_time_is_past) {
+    /* A key whose time has come is gone for every command, DBSIZE too,
+     * even when the timer has not run yet (the loop busy elsewhere): it
+     * counted such keys, where GET found them gone. */
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    vexec(&v, "SET a 1 PX 5");
+    vexec(&v, "SET b 1");
+    lull_timer_stop(&v.x.timer); /* as if the timer were late */
+    lull_loop_advance(loop, 6 * MS);
+    CHECK(strcmp(vexec(&v, "DBSIZE"), ":1\r\n") == 0);
+    CHECK_EQ(store_count(&v.k.db), 1);
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 TEST(expiry_commands) {
     lull_loop *loop = virtual_loop();
     vkv v;
@@ -1560,12 +1577,12 @@ TEST(types_replicate) {
                  "of value\r\n") == 0);
     buf dp = {0}, dr = {0};
     dump_keyspace(&p, &dp);
-    CHECK(strstr(dp.p, "l type=1 expire=0: b,a,f,\n")); /* in order */
-    CHECK(strstr(dp.p, "z type=4 expire=0: c=1.5,a=6,\n"));
-    CHECK(strstr(dp.p, "zr type=4 expire=0: b=2,c=3,\n"));
-    CHECK(strstr(dp.p, "h type=3 expire=0: f1=w1,f3=v3,\n"));
-    CHECK(!strstr(dp.p, "\ne type")); /* emptied keys are gone */
-    CHECK(!strstr(dp.p, "hh type") && !strstr(dp.p, "zz type"));
+    CHECK(strstr(dp.p, "\n1:l type=1 expire=0: 1:b,1:a,1:f,\n")); /* in order */
+    CHECK(strstr(dp.p, "\n1:z type=4 expire=0: 1:c=1.5,1:a=6,\n"));
+    CHECK(strstr(dp.p, "\n2:zr type=4 expire=0: 1:b=2,1:c=3,\n"));
+    CHECK(strstr(dp.p, "\n1:h type=3 expire=0: 2:f1=2:w1,2:f3=2:v3,\n"));
+    CHECK(!strstr(dp.p, "1:e type")); /* emptied keys are gone */
+    CHECK(!strstr(dp.p, "2:hh type") && !strstr(dp.p, "2:zz type"));
     CHECK_EQ(p.log.nchunks, 1);
     const char *bytes = p.log.chunks[0].p;
     size_t n = (size_t)p.log.end;
@@ -2798,6 +2815,40 @@ TEST(dump_tells_binary_and_long_names_apart) {
         buf_free(&a);
         buf_free(&b);
         buf_free(&again);
+    }
+}
+
+TEST(dump_tells_element_boundaries_apart) {
+    /* A separator inside a value is no boundary: each pair's keyspaces
+     * differ, and dumped equal while elements were only separated (a
+     * list of "a,b" and one of "a" and "b"; a hash's field "a=b" of "c"
+     * and field "a" of "b=c"; one key whose value holds the next key's
+     * line and the two keys). */
+    static const resp_arg cases[][6] = {
+        {{"RPUSH", 5}, {"l", 1}, {"a,b", 3}},
+        {{"RPUSH", 5}, {"l", 1}, {"a", 1}, {"b", 1}},
+        {{"SADD", 4}, {"s", 1}, {"a,b", 3}},
+        {{"SADD", 4}, {"s", 1}, {"a", 1}, {"b", 1}},
+        {{"HSET", 4}, {"h", 1}, {"a=b", 3}, {"c", 1}},
+        {{"HSET", 4}, {"h", 1}, {"a", 1}, {"b=c", 3}},
+        {{"ZADD", 4}, {"z", 1}, {"2", 1}, {"a=1,b", 5}},
+        {{"ZADD", 4}, {"z", 1}, {"1", 1}, {"a", 1}, {"2", 1}, {"b", 1}},
+        {{"MSET", 4}, {"k", 1}, {"v\nm type=0 expire=0: w", 22}},
+        {{"MSET", 4}, {"k", 1}, {"v", 1}, {"m", 1}, {"w", 1}},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i += 2) {
+        size_t argc[2] = {0, 0};
+        for (size_t j = 0; j < 2; j++)
+            while (argc[j] < 6 && cases[i + j][argc[j]].p)
+                argc[j]++;
+        buf a = {0}, b = {0};
+        dump_after(cases[i], argc[0], &a);
+        dump_after(cases[i + 1], argc[1], &b);
+        if (same_dump(&a, &b))
+            check_fail(__FILE__, __LINE__, "case %zu: one dump for two: %s", i,
+                       a.p);
+        buf_free(&a);
+        buf_free(&b);
     }
 }
 

@@ -3471,11 +3471,11 @@ TEST(client_gone_mid_big_bulk) {
     close_client(loop, &p);
 }
 
-/* A bulk header that lies about its length: the bytes after the ones it
- * announced are not its CRLF. The client is answered with Redis' protocol
- * error and closed, as when the value came in the query buffer; a second
- * client's large SET meanwhile goes through. */
-TEST(big_bulk_whose_length_lies_closes) {
+/* A bulk header that lies about its length: the two bytes after the ones
+ * it announced (tail) are not its CRLF. The client is answered with Redis'
+ * protocol error and closed, as when the value came in the query buffer; a
+ * second client's large SET meanwhile goes through. */
+static void lying_bulk_closes(const char tail[2]) {
     lull_loop *loop;
     server p;
     open_primary(&loop, &p);
@@ -3485,7 +3485,7 @@ TEST(big_bulk_whose_length_lies_closes) {
     size_t n, n2;
     char *req = big_set("big", BIG, 'a', &n);
     char *ok = big_set("k2", BIG, 'k', &n2);
-    memcpy(req + n - 2, "xy", 2); /* BIG + 2 bytes sent */
+    memcpy(req + n - 2, tail, 2); /* BIG + 2 bytes sent */
     send_cut(loop, fd, req, n / 2);
     send_cut(loop, other, ok, n2 / 2);
     send_looping(loop, fd, req + n / 2, n - n / 2);
@@ -3506,6 +3506,16 @@ TEST(big_bulk_whose_length_lies_closes) {
     close(fd);
     close(other);
     close_client(loop, &p);
+}
+
+TEST(big_bulk_whose_length_lies_closes) {
+    lying_bulk_closes("xy");
+}
+
+/* Its CR in place, its LF not: that too is no CRLF (the LF went
+ * unchecked when the value was received into a blob). */
+TEST(big_bulk_with_cr_but_no_lf_closes) {
+    lying_bulk_closes("\rx");
 }
 
 /* A replica attached while a client's large SET is being received: the
@@ -3944,4 +3954,179 @@ TEST(publish_while_away_not_delivered_after_a_snapshot) {
     same_dumps(&p, &r);
     close(sub);
     close_all(loop, &p, &r);
+}
+
+/* ------------------------------------------- limits and AUTH, at the edge */
+
+/* The bytes a client's end has from the server, the loop running, until
+ * `want` are in, an EOF, or 10 s (no wait for an EOF after them). */
+static size_t read_upto(lull_loop *loop, int fd, char *got, size_t want) {
+    size_t have = 0;
+    uint64_t t0 = now_ms();
+    while (have < want && now_ms() - t0 < 10000) {
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+        ssize_t n = recv(fd, got + have, want - have, MSG_DONTWAIT);
+        if (n == 0) break;
+        if (n > 0) have += (size_t)n;
+    }
+    return have;
+}
+
+/* A client that subscribes takes its class's reply cap: with the pubsub
+ * class unlimited (client-output-buffer-limit pubsub 0 0 0) and a normal
+ * hard limit of 1 MiB, a subscriber handed 2 MiB of messages by one
+ * publisher's EXEC (no kick sends them between its PUBLISHes) gets them
+ * all. Left at the normal class's cap, it was closed at the first MiB,
+ * over a limit its class does not have. */
+TEST(subscriber_takes_its_class_reply_cap) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.obl[CLASS_NORMAL].hard = (size_t)1 << 20;
+    p.obl[CLASS_PUBSUB].hard = 0;
+    int sub = client_to(loop, &p, NULL);
+    int pub = client_to(loop, &p, NULL);
+    enum { N = 32, MSG = 64 << 10 }; /* 2 MiB of messages */
+    static char got[N * (MSG + 64)];
+    send_all(sub, "SUBSCRIBE ch\r\n", 14);
+    static const char subscribed[] =
+        "*3\r\n$9\r\nsubscribe\r\n$2\r\nch\r\n:1\r\n";
+    size_t n = sizeof subscribed - 1;
+    CHECK_EQ(read_upto(loop, sub, got, n), n);
+    CHECK(memcmp(got, subscribed, n) == 0);
+    static char msg[MSG];
+    memset(msg, 'm', sizeof msg);
+    char head[64];
+    size_t hlen = (size_t)snprintf(
+        head, sizeof head, "*3\r\n$7\r\nPUBLISH\r\n$2\r\nch\r\n$%d\r\n", MSG);
+    send_looping(loop, pub, "MULTI\r\n", 7);
+    for (int i = 0; i < N; i++) {
+        send_looping(loop, pub, head, hlen);
+        send_looping(loop, pub, msg, sizeof msg);
+        send_looping(loop, pub, "\r\n", 2);
+    }
+    send_looping(loop, pub, "EXEC\r\n", 6);
+    /* +OK, N +QUEUED, then EXEC's *N of :1 (one subscriber each) */
+    size_t want = 5 + N * 9 + 5 + N * 4;
+    CHECK_EQ(read_upto(loop, pub, got, want), want);
+    CHECK(memcmp(got + want - 4, ":1\r\n", 4) == 0);
+    hlen = (size_t)snprintf(head, sizeof head,
+                            "*3\r\n$7\r\nmessage\r\n$2\r\nch\r\n$%d\r\n", MSG);
+    want = N * (hlen + MSG + 2);
+    CHECK_EQ(read_upto(loop, sub, got, want), want);
+    for (int i = 0; i < N; i++)
+        CHECK(memcmp(got + (size_t)i * (hlen + MSG + 2), head, hlen) == 0);
+    close(sub);
+    close(pub);
+    close_client(loop, &p);
+}
+
+/* An output of exactly the hard limit closes the client, as Redis'
+ * checkClientOutputBufferLimits does (used >= hard); a byte less stays. */
+TEST(output_at_the_hard_limit_closes_as_redis) {
+    for (size_t held = 999; held <= 1000; held++) {
+        lull_loop *loop;
+        server p;
+        open_server(&loop, &p);
+        p.obl[CLASS_NORMAL].hard = 1000;
+        conn *c;
+        int fd = client_to(loop, &p, &c);
+        static char bytes[1000];
+        buf_put(&c->out, bytes, held);
+        CHECK(!c->out.oom);
+        CHECK(conn_check_output(c) == (held < 1000));
+        CHECK(c->gone == (held == 1000));
+        close(fd);
+        close_client(loop, &p);
+    }
+}
+
+/* A password is matched whole: a prefix of it (or nothing) is a wrong
+ * password, whichever form of AUTH carries it. */
+TEST(auth_password_prefix_refused) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.requirepass = "secret";
+    int fd = client_to(loop, &p, NULL);
+    static const char req[] = "AUTH sec\r\nAUTH default s\r\n"
+                              "*2\r\n$4\r\nAUTH\r\n$0\r\n\r\nGET a\r\n"
+                              "AUTH secret\r\nGET a\r\n";
+    static const char wrong[] = "-WRONGPASS invalid username-password pair "
+                                "or user is disabled.\r\n";
+    char want[512];
+    snprintf(want, sizeof want, "%s%s%s%s", wrong, wrong, wrong,
+             "-NOAUTH Authentication required.\r\n+OK\r\n$-1\r\n");
+    send_all(fd, req, sizeof req - 1);
+    char got[512];
+    size_t n = read_upto(loop, fd, got, strlen(want));
+    got[n] = 0;
+    if (strcmp(got, want) != 0) check_fail(__FILE__, __LINE__, "\"%s\"", got);
+    close(fd);
+    close_client(loop, &p);
+}
+
+/* A bulk longer than client-query-buffer-limit closes its client, with
+ * the log's line, however it is received: a large last argument goes to a
+ * blob of its own (outside the query buffer), and past the limit it was
+ * taken whole, 4 MB from a client held to 1 MiB. */
+TEST(big_bulk_past_the_query_buffer_limit_closes) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = kept_log;
+    last_line[0] = 0;
+    p.qbuf_limit = (size_t)1 << 20;
+    int fd = client_to(loop, &p, NULL);
+    static const char head[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$4000000\r\n";
+    send_all(fd, head, sizeof head - 1);
+    static char body[64 << 10];
+    memset(body, 'a', sizeof body);
+    size_t sent = 0;
+    uint64_t t0 = now_ms();
+    while (p.conns && sent < ((size_t)2 << 20) && now_ms() - t0 < 10000) {
+        ssize_t w = send(fd, body, sizeof body, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (w > 0) sent += (size_t)w;
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK) break;
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    }
+    t0 = now_ms();
+    while (p.conns && now_ms() - t0 < 5000)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK(p.conns == NULL);
+    if (!strstr(last_line, "over client-query-buffer-limit (1048576)"))
+        check_fail(__FILE__, __LINE__, "log: %s", last_line);
+    CHECK_EQ(store_count(&p.kv.db), 0);
+    close(fd);
+    close_client(loop, &p);
+}
+
+/* Over maxmemory-clients the clients holding the most go first: here one
+ * of 500,000 bytes, then one of the two holding 200,000, which is enough.
+ * Those holding exactly the cut (200,000) were taken with the bigger
+ * ones, in the list's order, and both small ones went with the big one. */
+TEST(eviction_takes_the_biggest_before_equal_smaller_ones) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    conn *x, *y, *z;
+    /* the list's order is the reverse of the connects': x, z, y */
+    int fy = client_to(loop, &p, &y);
+    int fz = client_to(loop, &p, &z);
+    int fx = client_to(loop, &p, &x);
+    static char bytes[500000];
+    buf_put(&y->out, bytes, 500000);
+    buf_put(&z->out, bytes, 200000);
+    buf_put(&x->out, bytes, 200000);
+    conn_budget_set(&p, (size_t)1 << 40); /* each counted, none closed */
+    CHECK_EQ(p.clients_mem, 900000);
+    conn_budget_set(&p, 300000);
+    clients_evict(&p.evict);
+    CHECK(y->gone);
+    CHECK(x->gone != z->gone);
+    CHECK_EQ(p.evicted_clients, 2);
+    close(fx);
+    close(fy);
+    close(fz);
+    close_client(loop, &p);
 }
