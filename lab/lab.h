@@ -231,10 +231,16 @@ void lab_peers_not_run(const char (*skipped)[160], int n);
  * args (args[0] is lab_node_path()), optionally pinned to the CPUs pin_cpu
  * and pin_cpu_b (-1: not pinned) and at the timer slack slack_ns (0: the
  * caller's); reads at most size-1 bytes of its stdout into buf. Returns 0
- * when node exited 0, else a negative errno. */
+ * when node exited 0 having printed something; -ENODATA when it printed
+ * nothing, -ETIMEDOUT when it was silent so long it was killed, -ECHILD
+ * when it failed. A result it printed but that is not one (no figures) is
+ * -ENODATA too at the caller: -EPROTO, a failed check of what lull
+ * delivered, is for figures that say events were lost or wrong.
+ * lab_node_error says an rc of lab_node_run in words. */
 bool lab_node_available(const char *script, char *why, size_t size);
 int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
                  char *buf, size_t size);
+const char *lab_node_error(int rc);
 char *lab_node_path(void);
 const char *lab_node_version(void);
 
