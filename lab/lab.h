@@ -96,7 +96,7 @@ uint64_t lab_rand(uint64_t *state);
 /* SIGINT, SIGTERM, SIGHUP and SIGPIPE (those not ignored at start)
  * remove every noted directory and its contents, then end lull-lab as the
  * signal would (lab/cleanup.c). A scenario notes a directory once made
- * and forgets it once removed. */
+ * and forgets it once removed; a file noted is unlinked. */
 void lab_tmp_guard(void);
 void lab_tmp_note(const char *dir);
 void lab_tmp_forget(const char *dir);

@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,8 +241,10 @@ static bool only_known(const lab_scenario *s, const char *name) {
 }
 
 /* A file lull-lab will write at the end of the run: refused now if it
- * cannot be created, not after minutes of measuring. */
+ * cannot be created, not after minutes of measuring. The check leaves no
+ * empty file behind, should the run never reach its end. */
 static bool writable(const char *opt, const char *path) {
+    bool existed = *path && access(path, F_OK) == 0;
     FILE *f = *path ? fopen(path, "a") : NULL;
     if (!f) {
         fprintf(stderr, "lull-lab: %s: cannot write '%s': %s\n", opt, path,
@@ -249,7 +252,60 @@ static bool writable(const char *opt, const char *path) {
         return false;
     }
     fclose(f);
+    if (!existed) unlink(path);
     return true;
+}
+
+/* --json's file is written as the run goes, into a temporary file beside
+ * it that replaces it only when the run ends: an interrupted run (SIGINT,
+ * SIGTERM, SIGHUP: lab/cleanup.c removes the temporary file) leaves the
+ * last whole run's figures in place, not half a document. A path that is
+ * not a regular file (/dev/stdout, a FIFO) is written in place. Sets
+ * *tmp (to free) when a temporary file is used. */
+static lab_json *json_open(const char *path, char **tmp) {
+    struct stat st;
+    *tmp = NULL;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return lab_json_open(path);
+    size_t size = strlen(path) + sizeof ".XXXXXX";
+    char *t = malloc(size);
+    if (!t) return NULL;
+    snprintf(t, size, "%s.XXXXXX", path);
+    int fd = mkostemp(t, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        free(t);
+        errno = e;
+        return NULL;
+    }
+    /* mkostemp's 0600, widened to what creating the file would give. */
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    close(fd);
+    lab_tmp_note(t);
+    lab_json *json = lab_json_open(t);
+    if (!json) {
+        int e = errno;
+        unlink(t);
+        lab_tmp_forget(t);
+        free(t);
+        errno = e;
+        return NULL;
+    }
+    *tmp = t;
+    return json;
+}
+
+/* Ends the JSON document: the temporary file, whole, replaces path. */
+static int json_close(lab_json *json, const char *path, char *tmp) {
+    int rc = lab_json_close(json);
+    if (!tmp) return rc;
+    if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
+    if (rc < 0) unlink(tmp);
+    lab_tmp_forget(tmp);
+    free(tmp);
+    return rc;
 }
 
 /* stdout closed (`>&-`): refused, since the tables would be lost and the
@@ -374,19 +430,20 @@ int main(int argc, char **argv) {
     /* Tables are read while they print; do not hold them in a buffer. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 
+    if (opts.plot_path && !(opts.plot = lab_plot_open(opts.plot_path))) {
+        fprintf(stderr, "lull-lab: out of memory for the plot\n");
+        return 1;
+    }
     lab_json *json = NULL;
+    char *json_tmp = NULL;
     if (opts.json_path) {
-        json = lab_json_open(opts.json_path);
+        json = json_open(opts.json_path, &json_tmp);
         if (!json) {
             fprintf(stderr, "lull-lab: cannot write %s: %s\n", opts.json_path,
                     strerror(errno));
             return 1;
         }
         lab_json_begin_object(json);
-    }
-    if (opts.plot_path && !(opts.plot = lab_plot_open(opts.plot_path))) {
-        fprintf(stderr, "lull-lab: out of memory for the plot\n");
-        return 1;
     }
     machine_notes(&opts, json);
     if (json) {
@@ -437,7 +494,7 @@ int main(int argc, char **argv) {
     if (json) {
         lab_json_field(json, "checks_failed", lab_checks_failed());
         lab_json_end_object(json);
-        int rc = lab_json_close(json);
+        int rc = json_close(json, opts.json_path, json_tmp);
         if (rc < 0) {
             fprintf(stderr, "lull-lab: writing %s: %s\n", opts.json_path,
                     strerror(-rc));
