@@ -241,6 +241,8 @@ bool lab_node_available(const char *script, char *why, size_t size);
 int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
                  char *buf, size_t size);
 const char *lab_node_error(int rc);
+/* How long a measurement may be silent: --quick's sizes take seconds. */
+void lab_node_sizes(bool quick);
 char *lab_node_path(void);
 const char *lab_node_version(void);
 

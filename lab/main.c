@@ -427,6 +427,7 @@ int main(int argc, char **argv) {
     if (opts.plot_path && !writable("--plot", opts.plot_path)) return 2;
 
     lab_verbose = opts.verbose;
+    lab_node_sizes(opts.quick);
     /* Tables are read while they print; do not hold them in a buffer. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 

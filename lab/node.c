@@ -38,12 +38,22 @@ static bool find_node(void) {
 
 /* How long Node may stay silent before it is taken for hung and killed:
  * `node --version` answers in well under a second; a measurement prints
- * its one line at its end, and the longest (a million timers, or runner.js
- * driving its runners at full sizes) takes seconds, so two minutes is
- * far past any Node that works. A `node` that hung (not Node, or stuck)
- * hung lull-lab for good. */
+ * its one line at its end, and the longest (the idle figure, a million
+ * timers, runner.js driving its runners) takes a few seconds at --quick
+ * sizes (3.5 s on a loaded 2-CPU machine) and more at full sizes. A
+ * `node` that hung (not Node, or Node unable to start its threads under a
+ * low ulimit -u) hung lull-lab for good. */
 #define NODE_VERSION_MS 5000
-#define NODE_RUN_MS     120000
+#define NODE_QUICK_MS   30000
+#define NODE_FULL_MS    120000
+static int node_run_ms = NODE_FULL_MS;
+/* Node hung once: its later rows are not run, rather than each waiting
+ * out the same silence. */
+static bool node_hung;
+
+void lab_node_sizes(bool quick) {
+    node_run_ms = quick ? NODE_QUICK_MS : NODE_FULL_MS;
+}
 
 /* Runs node with args, its stdout into buf; -ETIMEDOUT (node killed) when
  * it prints nothing for timeout_ms, -ENODATA when it exits 0 having
@@ -106,14 +116,23 @@ static int run_node(char *const *args, int pin_cpu, int pin_cpu_b,
 
 int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
                  char *buf, size_t size) {
-    return run_node(args, pin_cpu, pin_cpu_b, slack_ns, buf, size, NODE_RUN_MS);
+    if (node_hung) return -ETIMEDOUT;
+    int rc =
+        run_node(args, pin_cpu, pin_cpu_b, slack_ns, buf, size, node_run_ms);
+    if (rc == -ETIMEDOUT) {
+        node_hung = true;
+        printf("  %s\n", lab_node_error(rc));
+    }
+    return rc;
 }
 
 const char *lab_node_error(int rc) {
-    static char text[64];
+    static char text[96];
     if (rc == -ETIMEDOUT)
-        snprintf(text, sizeof text, "node printed nothing for %d s: killed",
-                 NODE_RUN_MS / 1000);
+        snprintf(text, sizeof text,
+                 "node printed nothing for %d s: killed; Node's other rows "
+                 "not run",
+                 node_run_ms / 1000);
     else if (rc == -ENODATA)
         snprintf(text, sizeof text, "node printed no result");
     else if (rc == -ECHILD)

@@ -4,6 +4,7 @@
 # Node, and each of its rows printed "CHECK FAILED: ... what was delivered
 # is wrong", a failed check of lull's delivery, exit 1. Each must end with
 # Node's rows not run and the reason named, no check failed, exit 0.
+# Likewise a node that hangs only once it measures (below).
 #
 #   cmake -DLAB=path/to/lull-lab -DOUT=scratch/dir -P peer_fake.cmake
 cmake_minimum_required(VERSION 3.19)
@@ -35,6 +36,29 @@ foreach(fake
   endforeach()
   file(REMOVE_RECURSE "${bin}")
 endforeach()
+# A node that answers --version, then hangs in every measurement (as Node
+# does under a low ulimit -u, its threads refused): lull-lab waited on
+# each for good, and then judged lull "✗" against Node's missing figure.
+# Now the first is killed after a silence far past any --quick
+# measurement, with a line, Node's other rows are not run, and the line
+# that compares with Node is "not run".
+set(bin "${OUT}/stuck")
+file(REMOVE_RECURSE "${bin}")
+file(WRITE "${bin}/node"
+  "#!/bin/sh\n[ \"$1\" = --version ] && { echo v20.0.0; exit 0; }\nexec sleep 1000\n")
+file(CHMOD "${bin}/node" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+set(want "node printed nothing for [0-9]+ s: killed; Node's other rows not run")
+execute_process(COMMAND ${CMAKE_COMMAND} -E env "PATH=${bin}:$ENV{PATH}"
+    ${LAB} loopback --quick
+  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 50)
+string(REGEX MATCHALL "node printed nothing for" said "${out}")
+list(LENGTH said n)
+if(NOT rc EQUAL 0 OR NOT n EQUAL 1 OR "${out}${err}" MATCHES "CHECK FAILED"
+   OR out MATCHES "vs Node[^\n]*✗")
+  set(failures "${failures}\n  a node that hangs after --version, lull-lab loopback --quick: exit ${rc} (want 0), want /${want}/ once, no CHECK FAILED and no miss judged against Node; stdout:\n${out}\nstderr:\n${err}")
+endif()
+file(REMOVE_RECURSE "${bin}")
+
 if(failures)
   message(FATAL_ERROR "lull-lab took a fake node for Node:${failures}")
 endif()
