@@ -81,6 +81,8 @@ void serve_stop(pid_t pid);
 void serve_sleep_ms(int ms);
 int serve_temp_output(void);
 void serve_first_line(int fd, char *buf, size_t size);
+/* The last line a child wrote to fd: its reason, when it exited. */
+void serve_last_line(int fd, char *buf, size_t size);
 /* A running process's CPU time so far and its voluntary switches. */
 bool serve_proc_cpu(pid_t pid, double *cpu_s, long *sleeps);
 /* Runs args to the end with stdout captured into buf; its CPU time into

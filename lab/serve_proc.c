@@ -170,11 +170,32 @@ int serve_temp_output(void) {
     return fd;
 }
 
-/* The first line of what a child wrote, for a skip or error message. */
+/* The first line of what a child wrote (a server's "listening" line). */
 void serve_first_line(int fd, char *buf, size_t size) {
     ssize_t n = pread(fd, buf, size - 1, 0);
     buf[n > 0 ? n : 0] = '\0';
     buf[strcspn(buf, "\n")] = '\0';
+}
+
+/* The last line of what a child wrote, for why it exited: a server says
+ * why it stops last (redis-server's "Fatal: Can't initialize Background
+ * Jobs." under a low ulimit -u, after a banner of several lines). The
+ * line's end is kept when it is longer than buf. */
+void serve_last_line(int fd, char *buf, size_t size) {
+    char text[1024];
+    struct stat st;
+    off_t at = fstat(fd, &st) == 0 && st.st_size > (off_t)sizeof text - 1
+                   ? st.st_size - (off_t)(sizeof text - 1)
+                   : 0;
+    ssize_t n = pread(fd, text, sizeof text - 1, at);
+    n = n > 0 ? n : 0;
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r'))
+        n--;
+    text[n] = '\0';
+    const char *line = strrchr(text, '\n');
+    line = line ? line + 1 : text;
+    size_t len = strlen(line);
+    snprintf(buf, size, "%s", len >= size ? line + len - (size - 1) : line);
 }
 
 static double seconds(struct timeval tv) {
@@ -523,7 +544,7 @@ bool serve_server_ready(server *s, bool read_port) {
     for (int waited = 0; waited < 10000; waited += 5) {
         if (serve_exited(s->pid)) {
             char line[120];
-            serve_first_line(s->out_fd, line, sizeof line);
+            serve_last_line(s->out_fd, line, sizeof line);
             snprintf(s->why, sizeof s->why, "exited at start: %s",
                      line[0] ? line : "it printed nothing");
             s->pid = 0;
