@@ -145,8 +145,11 @@ static const char *const contracts[] = {"C1", "C2", "C3", "C4",
                                         "C5", "C6", "C7", "C8"};
 
 /* A line for every contract and every scenario, "not run" with the
- * reason when no scenario of this run measured it. */
-static void expect_verdict(const lab_scenario *only) {
+ * reason when no scenario of this run measured it. With --only FIGURE
+ * (figure), the scenario ran that figure alone: a line it did not add is
+ * "not measured (--only FIGURE)", not "did not run (see above)" under the
+ * figure's table. */
+static void expect_verdict(const lab_scenario *only, const char *figure) {
     char why[96];
     for (size_t c = 0; c < sizeof contracts / sizeof contracts[0]; c++) {
         const lab_scenario *by = NULL;
@@ -156,6 +159,8 @@ static void expect_verdict(const lab_scenario *only) {
             snprintf(why, sizeof why, "no scenario measures it");
         else if (only && only != by)
             snprintf(why, sizeof why, "`lull-lab %s` measures it", by->name);
+        else if (figure)
+            snprintf(why, sizeof why, "not measured (--only %.40s)", figure);
         else
             snprintf(why, sizeof why, "%s did not measure it (see above)",
                      by->name);
@@ -166,6 +171,8 @@ static void expect_verdict(const lab_scenario *only) {
         if (!strstr(s->measures, s->name)) continue;
         if (only && only != s)
             snprintf(why, sizeof why, "`lull-lab %s` reproduces it", s->name);
+        else if (figure)
+            snprintf(why, sizeof why, "not measured (--only %.40s)", figure);
         else
             snprintf(why, sizeof why, "%s did not run (see above)", s->name);
         lab_verdict_expect(s->name, why);
@@ -489,7 +496,7 @@ int main(int argc, char **argv) {
                 lab_noise_json(json, scenarios[i]->name, &noise[i]);
         lab_json_end_object(json);
     }
-    expect_verdict(only);
+    expect_verdict(only, opts.only);
     int strict_misses = lab_verdict_print(json);
     if (lab_checks_failed() > 0) failed = 1;
     if (json) {
