@@ -559,6 +559,12 @@ static int serve_body(const lab_options *opts, lab_json *json,
                    serve_cpu_client);
     else
         lab_detail("one CPU: nothing pinned\n");
+    /* The tables' columns are redis-benchmark's -P 1 and -P 16, which a
+     * newcomer reading `make demo` has not met (lab/serve_terms.cmake). */
+    if (serve_wants(opts, "throughput") || serve_wants(opts, "floors") ||
+        serve_wants(opts, "suite"))
+        printf("  -P: the requests each client keeps in flight "
+               "(redis-benchmark's pipelining)\n");
     uint64_t started = lab_now_ns();
     short_table.rows = 0;
     int rc = 0;
