@@ -182,6 +182,9 @@ void lab_format_value(char *buf, size_t size, double v);
  * finite are written as null. */
 lab_json *lab_json_open(const char *path); /* NULL on error (errno set) */
 int lab_json_close(lab_json *j);           /* 0 or a negative errno */
+/* Writes out what is buffered: 0, or the write's negative errno (a full
+ * disk, /dev/full), found before the run rather than after it. */
+int lab_json_flush(lab_json *j);
 void lab_json_key(lab_json *j, const char *key);
 void lab_json_begin_object(lab_json *j);
 void lab_json_end_object(lab_json *j);

@@ -452,6 +452,16 @@ int main(int argc, char **argv) {
             return 1;
         }
         lab_json_begin_object(json);
+        /* Its first byte written through: a file that takes nothing
+         * (/dev/full, a full disk) is refused now, not after minutes of
+         * measuring. */
+        int flushed = lab_json_flush(json);
+        if (flushed < 0) {
+            fprintf(stderr, "lull-lab: writing %s: %s\n", opts.json_path,
+                    strerror(-flushed));
+            json_close(json, opts.json_path, json_tmp);
+            return 1;
+        }
     }
     machine_notes(&opts, json);
     if (json) {
