@@ -463,10 +463,13 @@ static int run_check(const lab_options *opts, runner_params *p, bool node,
 
 static int run_all(const lab_options *opts, lab_json *json,
                    const char *pin_why) {
-    static char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return -errno;
-    exe[len] = '\0';
+    /* The runners are this very binary, named through this process's
+     * /proc entry: it reaches the running file even once its path is
+     * gone (lull-lab rebuilt or reinstalled mid-run; the path that
+     * readlink gave then read "... (deleted)" and every spawn failed),
+     * and it names lull-lab, not node, when Node's runner.js spawns. */
+    static char exe[32];
+    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)getpid());
     runner_params p = {.events = 40,
                        .interval_ns = 15 * MS,
                        .poll_ns = 5 * MS,
