@@ -55,6 +55,35 @@ if(NOT rc EQUAL 0 OR NOT out MATCHES "\"checks_failed\": 0\n}\n")
   set(failures "${failures}\n  --json /dev/stdout: exit ${rc}, stdout:\n${out}${err}")
 endif()
 
+# A file lull-lab may write in a directory it may not: no temporary file
+# can go beside it, so it is written in place. (As root, as nobody:
+# root may write any directory.)
+set(dir "${OUT}/ro")
+file(REMOVE_RECURSE "${dir}")
+file(MAKE_DIRECTORY "${dir}")
+file(WRITE "${dir}/lab.json" "")
+file(CHMOD "${dir}/lab.json" PERMISSIONS OWNER_READ OWNER_WRITE GROUP_READ
+  GROUP_WRITE WORLD_READ WORLD_WRITE)
+file(CHMOD "${dir}" PERMISSIONS OWNER_READ OWNER_EXECUTE GROUP_READ
+  GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
+set(as "")
+execute_process(COMMAND id -u OUTPUT_VARIABLE uid OUTPUT_STRIP_TRAILING_WHITESPACE)
+find_program(SETPRIV setpriv)
+if(uid STREQUAL "0" AND SETPRIV)
+  set(as ${SETPRIV} --reuid=65534 --regid=65534 --clear-groups)
+endif()
+if(NOT uid STREQUAL "0" OR as)
+  execute_process(COMMAND ${as} ${LAB} turns --quick --only virtual_clock
+      --json ${dir}/lab.json
+    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  file(READ "${dir}/lab.json" json)
+  if(NOT rc EQUAL 0 OR NOT json MATCHES "\"checks_failed\": 0\n}\n$")
+    set(failures "${failures}\n  --json a writable file in a read-only directory: exit ${rc}, lab.json:\n${json}${out}${err}")
+  endif()
+endif()
+file(CHMOD "${dir}" PERMISSIONS OWNER_READ OWNER_WRITE OWNER_EXECUTE)
+file(REMOVE_RECURSE "${dir}")
+
 if(failures)
   message(FATAL_ERROR "lull-lab's --json or --plot file after a run:${failures}")
 endif()
