@@ -86,6 +86,10 @@ void serve_first_line(int fd, char *buf, size_t size);
  * (serve_bench_sizes): -ETIMEDOUT, with a line, for the first that hangs
  * and for every run after it. */
 void serve_bench_sizes(bool quick);
+/* For a run of its own (the suite's, on a terminal): the silence allowed
+ * (0 once one run hung: start none), and the call that says it hung. */
+int serve_bench_silence_ms(void);
+void serve_bench_hung(void);
 int serve_bench_run(char *const *args, char *buf, size_t size, int cpu,
                     double *cpu_s);
 /* The last line a child wrote to fd: its reason, when it exited. */

@@ -295,16 +295,23 @@ void serve_bench_sizes(bool quick) {
     bench_ms = quick ? BENCH_QUICK_MS : BENCH_FULL_MS;
 }
 
+int serve_bench_silence_ms(void) {
+    return bench_hung ? 0 : bench_ms;
+}
+
+void serve_bench_hung(void) {
+    if (bench_hung) return;
+    bench_hung = true;
+    printf("  redis-benchmark printed nothing for %d s: killed; its later "
+           "runs not started\n",
+           bench_ms / 1000);
+}
+
 int serve_bench_run(char *const *args, char *buf, size_t size, int cpu,
                     double *cpu_s) {
     if (bench_hung) return -ETIMEDOUT;
     int rc = serve_run_capture(args, buf, size, bench_ms, cpu, cpu_s);
-    if (rc == -ETIMEDOUT) {
-        bench_hung = true;
-        printf("  redis-benchmark printed nothing for %d s: killed; its "
-               "later runs not started\n",
-               bench_ms / 1000);
-    }
+    if (rc == -ETIMEDOUT) serve_bench_hung();
     return rc;
 }
 
