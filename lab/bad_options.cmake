@@ -11,6 +11,8 @@
 #   --plot /nonexistent/x.svg  found only after the whole run
 #   stdout closed (>&-)        a socket took fd 1; libuv aborted
 #   stdout /dev/full           every table lost, exit 0
+#   --json /dev/full           found after the whole run, as "Input/output
+#                              error"
 #   soak --seconds abc         one pass, "soak: ok"
 #
 #   cmake -DLAB=path/to/lull-lab -P bad_options.cmake
@@ -52,6 +54,9 @@ case(2 "--only picks a figure of one scenario" all --quick --only idle)
 case(2 "--kv '/nonexistent/lull-kv': No such file" serve --quick --kv /nonexistent/lull-kv)
 case(2 "--plot: cannot write '/nonexistent/dir/x.svg'" turns --quick --plot /nonexistent/dir/x.svg)
 case(1 "cannot write /nonexistent/dir/x.json" turns --quick --json /nonexistent/dir/x.json)
+if(EXISTS /dev/full)
+  case(1 "^lull-lab: writing /dev/full: No space left on device\n$" turns --quick --json /dev/full)
+endif()
 case(2 "unknown argument '--bogus'" turns --bogus)
 # The soak's own options: "abc" seconds ran one pass and said "ok"; a
 # mistyped --seed ran seed 0, not the run asked for.

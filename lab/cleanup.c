@@ -1,5 +1,6 @@
 /* The temporary directories a scenario has on disk (the pump's journal,
- * the files scenario's names, serve's TLS key), removed should SIGINT,
+ * the files scenario's names, serve's TLS key) and the temporary file
+ * --json is written into (lab/main.c), removed should SIGINT,
  * SIGTERM, SIGHUP or SIGPIPE end lull-lab before the scenario removes
  * them itself; then the signal is raised again, so lull-lab still dies
  * of it (lab.h). And the check that stdout's reader is still there.
@@ -12,6 +13,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <string.h>
@@ -21,7 +23,7 @@
 #define TMP_SLOTS 8 /* a scenario has 2 at once at most; room to spare */
 
 static struct {
-    char path[256];
+    char path[PATH_MAX]; /* a long $TMPDIR or --json path is noted too */
     volatile sig_atomic_t used;
 } tmp_dirs[TMP_SLOTS];
 
@@ -71,6 +73,8 @@ static pid_t owner;
 static void on_signal(int sig) {
     for (int i = 0; i < TMP_SLOTS && getpid() == owner; i++) {
         if (!__atomic_load_n(&tmp_dirs[i].used, __ATOMIC_ACQUIRE)) continue;
+        /* A file (--json's temporary file) goes at once. */
+        if (unlink(tmp_dirs[i].path) == 0) continue;
         /* A thread of the scenario may add a name meanwhile: a few
          * passes, until the directory itself goes. */
         for (int pass = 0; pass < 4 && rmdir(tmp_dirs[i].path) != 0; pass++) {

@@ -96,7 +96,7 @@ uint64_t lab_rand(uint64_t *state);
 /* SIGINT, SIGTERM, SIGHUP and SIGPIPE (those not ignored at start)
  * remove every noted directory and its contents, then end lull-lab as the
  * signal would (lab/cleanup.c). A scenario notes a directory once made
- * and forgets it once removed. */
+ * and forgets it once removed; a file noted is unlinked. */
 void lab_tmp_guard(void);
 void lab_tmp_note(const char *dir);
 void lab_tmp_forget(const char *dir);
@@ -182,6 +182,9 @@ void lab_format_value(char *buf, size_t size, double v);
  * finite are written as null. */
 lab_json *lab_json_open(const char *path); /* NULL on error (errno set) */
 int lab_json_close(lab_json *j);           /* 0 or a negative errno */
+/* Writes out what is buffered: 0, or the write's negative errno (a full
+ * disk, /dev/full), found before the run rather than after it. */
+int lab_json_flush(lab_json *j);
 void lab_json_key(lab_json *j, const char *key);
 void lab_json_begin_object(lab_json *j);
 void lab_json_end_object(lab_json *j);
@@ -231,10 +234,18 @@ void lab_peers_not_run(const char (*skipped)[160], int n);
  * args (args[0] is lab_node_path()), optionally pinned to the CPUs pin_cpu
  * and pin_cpu_b (-1: not pinned) and at the timer slack slack_ns (0: the
  * caller's); reads at most size-1 bytes of its stdout into buf. Returns 0
- * when node exited 0, else a negative errno. */
+ * when node exited 0 having printed something; -ENODATA when it printed
+ * nothing, -ETIMEDOUT when it was silent so long it was killed, -ECHILD
+ * when it failed. A result it printed but that is not one (no figures) is
+ * -ENODATA too at the caller: -EPROTO, a failed check of what lull
+ * delivered, is for figures that say events were lost or wrong.
+ * lab_node_error says an rc of lab_node_run in words. */
 bool lab_node_available(const char *script, char *why, size_t size);
 int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
                  char *buf, size_t size);
+const char *lab_node_error(int rc);
+/* How long a measurement may be silent: --quick's sizes take seconds. */
+void lab_node_sizes(bool quick);
 char *lab_node_path(void);
 const char *lab_node_version(void);
 

@@ -345,6 +345,10 @@ static void verdict(const lab_fig *fig, const unit *u) {
     if ((v = lab_verdict_add("loopback", 1)) && timer0_q1) {
         if (!node) {
             snprintf(v->note, sizeof v->note, "Node not found");
+        } else if (!isfinite(lab_row_median(node, LV_COMMITS_MS))) {
+            /* Node ran and gave no figure (the line above the table
+             * says why): nothing to judge lull by, not a miss. */
+            snprintf(v->note, sizeof v->note, "Node gave no figure");
         } else {
             double x = lab_ratio(fig, timer0_q1, node, LV_COMMITS_MS);
             v->timing = true;

@@ -65,8 +65,10 @@ static int measure(const char *mode, const lb_params *p, lb_result *out) {
         out->timers[w] = field(buf, key);
         snprintf(key, sizeof key, "%s_polls", names[w]);
         out->polls[w] = field(buf, key); /* NaN where Node cannot say */
-        if (!isfinite(out->ms[w]) ||
-            out->frames[w] != (double)lb_work_expected_frames(w, p))
+        /* No figures is Node's failure (-ENODATA); frames other than
+         * those sent, a failed check of the delivery (-EPROTO). */
+        if (!isfinite(out->ms[w])) return -ENODATA;
+        if (out->frames[w] != (double)lb_work_expected_frames(w, p))
             return -EPROTO;
     }
     return 0;

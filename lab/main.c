@@ -20,6 +20,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
@@ -144,8 +145,11 @@ static const char *const contracts[] = {"C1", "C2", "C3", "C4",
                                         "C5", "C6", "C7", "C8"};
 
 /* A line for every contract and every scenario, "not run" with the
- * reason when no scenario of this run measured it. */
-static void expect_verdict(const lab_scenario *only) {
+ * reason when no scenario of this run measured it. With --only FIGURE
+ * (figure), the scenario ran that figure alone: a line it did not add is
+ * "not measured (--only FIGURE)", not "did not run (see above)" under the
+ * figure's table. */
+static void expect_verdict(const lab_scenario *only, const char *figure) {
     char why[96];
     for (size_t c = 0; c < sizeof contracts / sizeof contracts[0]; c++) {
         const lab_scenario *by = NULL;
@@ -155,6 +159,8 @@ static void expect_verdict(const lab_scenario *only) {
             snprintf(why, sizeof why, "no scenario measures it");
         else if (only && only != by)
             snprintf(why, sizeof why, "`lull-lab %s` measures it", by->name);
+        else if (figure)
+            snprintf(why, sizeof why, "not measured (--only %.40s)", figure);
         else
             snprintf(why, sizeof why, "%s did not measure it (see above)",
                      by->name);
@@ -165,6 +171,8 @@ static void expect_verdict(const lab_scenario *only) {
         if (!strstr(s->measures, s->name)) continue;
         if (only && only != s)
             snprintf(why, sizeof why, "`lull-lab %s` reproduces it", s->name);
+        else if (figure)
+            snprintf(why, sizeof why, "not measured (--only %.40s)", figure);
         else
             snprintf(why, sizeof why, "%s did not run (see above)", s->name);
         lab_verdict_expect(s->name, why);
@@ -240,8 +248,10 @@ static bool only_known(const lab_scenario *s, const char *name) {
 }
 
 /* A file lull-lab will write at the end of the run: refused now if it
- * cannot be created, not after minutes of measuring. */
+ * cannot be created, not after minutes of measuring. The check leaves no
+ * empty file behind, should the run never reach its end. */
 static bool writable(const char *opt, const char *path) {
+    bool existed = *path && access(path, F_OK) == 0;
     FILE *f = *path ? fopen(path, "a") : NULL;
     if (!f) {
         fprintf(stderr, "lull-lab: %s: cannot write '%s': %s\n", opt, path,
@@ -249,7 +259,64 @@ static bool writable(const char *opt, const char *path) {
         return false;
     }
     fclose(f);
+    if (!existed) unlink(path);
     return true;
+}
+
+/* --json's file is written as the run goes, into a temporary file beside
+ * it that replaces it only when the run ends: an interrupted run (SIGINT,
+ * SIGTERM, SIGHUP: lab/cleanup.c removes the temporary file) leaves the
+ * last whole run's figures in place, not half a document. A path that is
+ * not a regular file (/dev/stdout, a FIFO) is written in place. Sets
+ * *tmp (to free) when a temporary file is used. */
+static lab_json *json_open(const char *path, char **tmp) {
+    struct stat st;
+    *tmp = NULL;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return lab_json_open(path);
+    size_t size = strlen(path) + sizeof ".XXXXXX";
+    char *t = malloc(size);
+    if (!t) return NULL;
+    snprintf(t, size, "%s.XXXXXX", path);
+    int fd = mkostemp(t, O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        free(t);
+        /* A file that may be written in a directory that may not (its
+         * owner let this user write the file alone): in place, as
+         * before. */
+        if (access(path, W_OK) == 0) return lab_json_open(path);
+        errno = e;
+        return NULL;
+    }
+    /* mkostemp's 0600, widened to what creating the file would give. */
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
+    close(fd);
+    lab_tmp_note(t);
+    lab_json *json = lab_json_open(t);
+    if (!json) {
+        int e = errno;
+        unlink(t);
+        lab_tmp_forget(t);
+        free(t);
+        errno = e;
+        return NULL;
+    }
+    *tmp = t;
+    return json;
+}
+
+/* Ends the JSON document: the temporary file, whole, replaces path. */
+static int json_close(lab_json *json, const char *path, char *tmp) {
+    int rc = lab_json_close(json);
+    if (!tmp) return rc;
+    if (rc == 0 && rename(tmp, path) != 0) rc = -errno;
+    if (rc < 0) unlink(tmp);
+    lab_tmp_forget(tmp);
+    free(tmp);
+    return rc;
 }
 
 /* stdout closed (`>&-`): refused, since the tables would be lost and the
@@ -371,22 +438,34 @@ int main(int argc, char **argv) {
     if (opts.plot_path && !writable("--plot", opts.plot_path)) return 2;
 
     lab_verbose = opts.verbose;
+    lab_node_sizes(opts.quick);
     /* Tables are read while they print; do not hold them in a buffer. */
     setvbuf(stdout, NULL, _IOLBF, 0);
 
+    if (opts.plot_path && !(opts.plot = lab_plot_open(opts.plot_path))) {
+        fprintf(stderr, "lull-lab: out of memory for the plot\n");
+        return 1;
+    }
     lab_json *json = NULL;
+    char *json_tmp = NULL;
     if (opts.json_path) {
-        json = lab_json_open(opts.json_path);
+        json = json_open(opts.json_path, &json_tmp);
         if (!json) {
             fprintf(stderr, "lull-lab: cannot write %s: %s\n", opts.json_path,
                     strerror(errno));
             return 1;
         }
         lab_json_begin_object(json);
-    }
-    if (opts.plot_path && !(opts.plot = lab_plot_open(opts.plot_path))) {
-        fprintf(stderr, "lull-lab: out of memory for the plot\n");
-        return 1;
+        /* Its first byte written through: a file that takes nothing
+         * (/dev/full, a full disk) is refused now, not after minutes of
+         * measuring. */
+        int flushed = lab_json_flush(json);
+        if (flushed < 0) {
+            fprintf(stderr, "lull-lab: writing %s: %s\n", opts.json_path,
+                    strerror(-flushed));
+            json_close(json, opts.json_path, json_tmp);
+            return 1;
+        }
     }
     machine_notes(&opts, json);
     if (json) {
@@ -431,13 +510,13 @@ int main(int argc, char **argv) {
                 lab_noise_json(json, scenarios[i]->name, &noise[i]);
         lab_json_end_object(json);
     }
-    expect_verdict(only);
+    expect_verdict(only, opts.only);
     int strict_misses = lab_verdict_print(json);
     if (lab_checks_failed() > 0) failed = 1;
     if (json) {
         lab_json_field(json, "checks_failed", lab_checks_failed());
         lab_json_end_object(json);
-        int rc = lab_json_close(json);
+        int rc = json_close(json, opts.json_path, json_tmp);
         if (rc < 0) {
             fprintf(stderr, "lull-lab: writing %s: %s\n", opts.json_path,
                     strerror(-rc));

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -35,8 +36,30 @@ static bool find_node(void) {
     return false;
 }
 
-int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
-                 char *buf, size_t size) {
+/* How long Node may stay silent before it is taken for hung and killed:
+ * `node --version` answers in well under a second; a measurement prints
+ * its one line at its end, and the longest (the idle figure, a million
+ * timers, runner.js driving its runners) takes a few seconds at --quick
+ * sizes (3.5 s on a loaded 2-CPU machine) and more at full sizes. A
+ * `node` that hung (not Node, or Node unable to start its threads under a
+ * low ulimit -u) hung lull-lab for good. */
+#define NODE_VERSION_MS 5000
+#define NODE_QUICK_MS   30000
+#define NODE_FULL_MS    120000
+static int node_run_ms = NODE_FULL_MS;
+/* Node hung once: its later rows are not run, rather than each waiting
+ * out the same silence. */
+static bool node_hung;
+
+void lab_node_sizes(bool quick) {
+    node_run_ms = quick ? NODE_QUICK_MS : NODE_FULL_MS;
+}
+
+/* Runs node with args, its stdout into buf; -ETIMEDOUT (node killed) when
+ * it prints nothing for timeout_ms, -ENODATA when it exits 0 having
+ * printed nothing, -ECHILD when it fails. */
+static int run_node(char *const *args, int pin_cpu, int pin_cpu_b,
+                    long slack_ns, char *buf, size_t size, int timeout_ms) {
     int pipefd[2];
     if (pipe2(pipefd, O_CLOEXEC) != 0) return -errno;
     pid_t parent = getpid();
@@ -66,37 +89,97 @@ int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
     }
     close(pipefd[1]);
     size_t used = 0;
-    for (;;) {
+    int rc = 0;
+    while (used < size - 1) {
+        struct pollfd pfd = {.fd = pipefd[0], .events = POLLIN};
+        int n = poll(&pfd, 1, timeout_ms);
+        if (n < 0 && errno == EINTR) continue;
+        if (n == 0) {
+            rc = -ETIMEDOUT;
+            break;
+        }
         ssize_t r = read(pipefd[0], buf + used, size - 1 - used);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         used += (size_t)r;
-        if (used == size - 1) break;
     }
     buf[used] = '\0';
     close(pipefd[0]);
+    if (rc < 0) kill(pid, SIGKILL);
     int status;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
+    if (rc < 0) return rc;
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return -ECHILD;
-    return 0;
+    return used == 0 ? -ENODATA : 0;
+}
+
+int lab_node_run(char *const *args, int pin_cpu, int pin_cpu_b, long slack_ns,
+                 char *buf, size_t size) {
+    if (node_hung) return -ETIMEDOUT;
+    int rc =
+        run_node(args, pin_cpu, pin_cpu_b, slack_ns, buf, size, node_run_ms);
+    if (rc == -ETIMEDOUT) {
+        node_hung = true;
+        printf("  %s\n", lab_node_error(rc));
+    }
+    return rc;
+}
+
+const char *lab_node_error(int rc) {
+    static char text[96];
+    if (rc == -ETIMEDOUT)
+        snprintf(text, sizeof text,
+                 "node printed nothing for %d s: killed; Node's other rows "
+                 "not run",
+                 node_run_ms / 1000);
+    else if (rc == -ENODATA)
+        snprintf(text, sizeof text, "node printed no result");
+    else if (rc == -ECHILD)
+        snprintf(text, sizeof text, "node exited with a failure");
+    else
+        snprintf(text, sizeof text, "starting node: %s", strerror(-rc));
+    return text;
 }
 
 bool lab_node_available(const char *script, char *why, size_t size) {
-    if (!find_node()) {
-        snprintf(why, size, "`node` not on PATH");
+    /* `node --version` is asked once: a node that hangs costs its
+     * timeout once, not once per scenario. */
+    static int probed; /* 0: not yet, 1: Node, -1: not (reason in said) */
+    static char said[128];
+    if (probed == 0) {
+        probed = -1;
+        char *args[] = {node_path, "--version", NULL};
+        int rc = find_node() ? run_node(args, -1, -1, 0, node_version,
+                                        sizeof node_version, NODE_VERSION_MS)
+                             : 1;
+        node_version[strcspn(node_version, "\n")] = '\0';
+        if (rc == 1)
+            snprintf(said, sizeof said, "`node` not on PATH");
+        else if (rc == -ETIMEDOUT)
+            snprintf(said, sizeof said,
+                     "`node --version` gave no answer in %d s",
+                     NODE_VERSION_MS / 1000);
+        else if (rc < 0 && rc != -ENODATA)
+            snprintf(said, sizeof said, "`node --version` failed");
+        else if (node_version[0] != 'v' || node_version[1] < '0' ||
+                 node_version[1] > '9')
+            /* Node says "v20.11.1"; anything else is not Node, and its
+             * rows would report its silence as lost events. */
+            snprintf(said, sizeof said,
+                     "`node --version` printed '%.24s', not a version",
+                     node_version);
+        else
+            probed = 1;
+    }
+    if (probed < 0) {
+        snprintf(why, size, "%s", said);
         return false;
     }
     if (access(script, R_OK) != 0) {
         snprintf(why, size, "%s not found", script);
         return false;
     }
-    char *args[] = {node_path, "--version", NULL};
-    if (lab_node_run(args, -1, -1, 0, node_version, sizeof node_version) != 0) {
-        snprintf(why, size, "`node --version` failed");
-        return false;
-    }
-    node_version[strcspn(node_version, "\n")] = '\0';
     return true;
 }
 

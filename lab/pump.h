@@ -9,6 +9,7 @@
 #include "soak.h"
 #include "window.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
@@ -113,7 +114,7 @@ struct run {
     lull_pool *pool;       /* journal variants on a pool */
     lull_journal shared;   /* one shared journal: its journal */
     int shared_fd;         /* ... and its file */
-    char dir[96];          /* the temporary directory of the files */
+    char dir[PATH_MAX];    /* the temporary directory of the files */
     lab_soak_result *soak; /* verify mode: counts and the first fault */
     int soak_errors;       /* verify mode: events found wrong */
 };

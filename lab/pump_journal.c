@@ -126,8 +126,10 @@ static void journal_provider(lull_timer *t) {
 }
 
 static int open_file(const run *r, const char *name) {
-    char path[160];
-    snprintf(path, sizeof path, "%s/%s", r->dir, name);
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", r->dir, name) >=
+        sizeof path)
+        return -ENAMETOOLONG;
     int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     return fd < 0 ? -errno : fd;
 }
@@ -139,6 +141,33 @@ static const char *journal_parent(void) {
     return d && *d ? d : "/var/tmp";
 }
 
+/* Makes journal_parent()/STEM-XXXXXX in dir (size bytes) and notes it for
+ * the signal cleanup. The directories' names once had 96 bytes: a $TMPDIR
+ * of 72 characters was cut short and mkdtemp refused it (EINVAL). A
+ * failure names the directory, once, on stdout: "pump failed: No such
+ * file or directory" said nothing of $TMPDIR. */
+static int make_dir(char *dir, size_t size, const char *stem) {
+    static bool said;
+    const char *parent = journal_parent();
+    int rc = 0;
+    if ((size_t)snprintf(dir, size, "%s/%s-XXXXXX", parent, stem) >= size)
+        rc = -ENAMETOOLONG;
+    else if (!mkdtemp(dir))
+        rc = -errno;
+    if (rc == 0) {
+        lab_tmp_note(dir);
+        return 0;
+    }
+    dir[0] = '\0';
+    if (!said) {
+        said = true;
+        printf("  journal: cannot make a directory in '%s'%s: %s\n", parent,
+               getenv("TMPDIR") && *getenv("TMPDIR") ? " ($TMPDIR)" : "",
+               strerror(-rc));
+    }
+    return rc;
+}
+
 /* Turns an opened notify-mode run into a journal variant. */
 static int journal_open(run *r, int variant, const params *p) {
     r->journal = variant;
@@ -147,14 +176,8 @@ static int journal_open(run *r, int variant, const params *p) {
     r->shared_fd = -1;
     for (int i = 0; i < r->n; i++)
         r->s[i].fd = -1;
-    snprintf(r->dir, sizeof r->dir, "%s/lull-lab-journal-XXXXXX",
-             journal_parent());
-    if (!mkdtemp(r->dir)) {
-        r->dir[0] = '\0';
-        return -errno;
-    }
-    lab_tmp_note(r->dir);
-    int rc = 0;
+    int rc = make_dir(r->dir, sizeof r->dir, "lull-lab-journal");
+    if (rc < 0) return rc;
     if (variant == J_POOL || variant == J_GROUP) {
         lull_pool_options o = {.threads = variant == J_POOL ? J_POOL_THREADS
                                                             : J_GROUP_THREADS,
@@ -242,9 +265,10 @@ static int journal_verify(run *r) {
 }
 
 static void unlink_in(const run *r, const char *name) {
-    char path[160];
-    snprintf(path, sizeof path, "%s/%s", r->dir, name);
-    unlink(path);
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", r->dir, name) <
+        sizeof path)
+        unlink(path);
 }
 
 /* Before run_close's own teardown: the pool's work comes home first (a
@@ -291,14 +315,16 @@ static void close_run(run *r) {
 /* The device's own fdatasync latency, in the journals' directory: a
  * 32-byte append and its sync, `n` times. */
 static int raw_fdatasync(int n, double *p50_us, double *p99_us) {
-    char dir[96];
-    snprintf(dir, sizeof dir, "%s/lull-lab-fsync-XXXXXX", journal_parent());
-    if (!mkdtemp(dir)) return -errno;
-    lab_tmp_note(dir);
-    char path[128];
-    snprintf(path, sizeof path, "%s/probe", dir);
-    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    int rc = fd < 0 ? -errno : 0;
+    char dir[PATH_MAX];
+    int rc = make_dir(dir, sizeof dir, "lull-lab-fsync");
+    if (rc < 0) return rc;
+    char path[PATH_MAX];
+    int fd = -1;
+    if ((size_t)snprintf(path, sizeof path, "%s/probe", dir) >= sizeof path)
+        rc = -ENAMETOOLONG;
+    else if ((fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600)) <
+             0)
+        rc = -errno;
     double *v = calloc((size_t)n, sizeof *v);
     if (!v && rc == 0) rc = -ENOMEM;
     char rec[JREC] = {0};

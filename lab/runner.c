@@ -198,10 +198,11 @@ static lab_fig *size_fig(const lab_options *opts, const runner_params *base,
 
 /* ------------------------------------------------------------- limits */
 
-/* Whether n runners fit the process's limits (the soft RLIMIT_NOFILE is
+/* 0 when n runners fit the process's limits (the soft RLIMIT_NOFILE is
  * raised to the hard one first); else a line saying which limit and how to
- * raise it, and false: the size is not run. */
-static bool limits_allow(int n, char *why, size_t size) {
+ * raise it, and the error opening fds (-EMFILE) or forking (-EAGAIN)
+ * would have met: the size is not run. */
+static int limits_allow(int n, char *why, size_t size) {
     long need = runner_fds_needed(n);
     long have = lab_raise_nofile();
     if (have >= 0 && have < need) {
@@ -209,7 +210,7 @@ static bool limits_allow(int n, char *why, size_t size) {
                  "%d runners need about %ld fds, and RLIMIT_NOFILE allows %ld "
                  "(raise the hard limit: ulimit -Hn %ld, as root)",
                  n, need, have, need);
-        return false;
+        return -EMFILE;
     }
     struct rlimit rl;
     if (getrlimit(RLIMIT_NPROC, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
@@ -218,9 +219,9 @@ static bool limits_allow(int n, char *why, size_t size) {
                  "%d runners need %d processes, and RLIMIT_NPROC allows %ld "
                  "for the whole user (ulimit -u)",
                  n, n + 64, (long)rl.rlim_cur);
-        return false;
+        return -EAGAIN;
     }
-    return true;
+    return 0;
 }
 
 /* ------------------------------------------------------------- output */
@@ -439,9 +440,10 @@ static int run_check(const lab_options *opts, runner_params *p, bool node,
                      const char *no_node) {
     int n = opts->sessions > 0 ? opts->sessions : 3;
     char why[256];
-    if (!limits_allow(n, why, sizeof why)) {
+    int limit = limits_allow(n, why, sizeof why);
+    if (limit < 0) {
         printf("  runner: not run: %s\n", why);
-        return -EMFILE;
+        return limit;
     }
     p->events = 10;
     p->interval_ns = 2 * MS;
@@ -461,10 +463,13 @@ static int run_check(const lab_options *opts, runner_params *p, bool node,
 
 static int run_all(const lab_options *opts, lab_json *json,
                    const char *pin_why) {
-    static char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return -errno;
-    exe[len] = '\0';
+    /* The runners are this very binary, named through this process's
+     * /proc entry: it reaches the running file even once its path is
+     * gone (lull-lab rebuilt or reinstalled mid-run; the path that
+     * readlink gave then read "... (deleted)" and every spawn failed),
+     * and it names lull-lab, not node, when Node's runner.js spawns. */
+    static char exe[32];
+    snprintf(exe, sizeof exe, "/proc/%d/exe", (int)getpid());
     runner_params p = {.events = 40,
                        .interval_ns = 15 * MS,
                        .poll_ns = 5 * MS,
@@ -550,7 +555,7 @@ static int run_all(const lab_options *opts, lab_json *json,
     for (int k = 0; k < nsizes; k++) {
         int n = sizes[k];
         char why[256];
-        if (!limits_allow(n, why, sizeof why)) {
+        if (limits_allow(n, why, sizeof why) < 0) {
             printf("  runner: %d runners not run: %s\n", n, why);
             lab_verdict *v = k == 0 ? lab_verdict_add("runner", 0) : NULL;
             if (v)

@@ -23,6 +23,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -96,6 +97,9 @@ int runner_child_main(int argc, char **argv) {
                         "(started by `lull-lab runner`)\n");
         return 2;
     }
+    /* Started through /proc/PID/exe (lab/runner.c), the kernel names it
+     * "exe": named lull-lab again, for ps and pgrep. */
+    prctl(PR_SET_NAME, "lull-lab", 0, 0, 0);
     uint32_t id = (uint32_t)strtoul(argv[1], NULL, 10);
     long events = strtol(argv[2], NULL, 10);
     uint64_t interval = strtoull(argv[3], NULL, 10);

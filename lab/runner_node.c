@@ -90,8 +90,7 @@ int runner_node_measure(const runner_params *p, int mode, runner_result *out) {
     char buf[2048];
     int rc = lab_node_run(args, -1, -1, 0, buf, sizeof buf);
     if (rc < 0) {
-        snprintf(out->why, sizeof out->why,
-                 "node exited with a failure before it reported");
+        snprintf(out->why, sizeof out->why, "%s", lab_node_error(rc));
         return rc;
     }
     string_field(buf, "why", out->why, sizeof out->why);
@@ -100,7 +99,7 @@ int runner_node_measure(const runner_params *p, int mode, runner_result *out) {
     double errors = field(buf, "errors");
     if (!isfinite(errors)) {
         snprintf(out->why, sizeof out->why, "node printed no result");
-        return -EPROTO;
+        return -ENODATA; /* Node's failure, not lull's delivery */
     }
     if (errors > 0) return -EPROTO;
     out->wait_p50_us = field(buf, "wait_p50_us");

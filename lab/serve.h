@@ -81,6 +81,19 @@ void serve_stop(pid_t pid);
 void serve_sleep_ms(int ms);
 int serve_temp_output(void);
 void serve_first_line(int fd, char *buf, size_t size);
+/* A redis-benchmark run (args[0] is serve_bench_path) through
+ * serve_run_capture, its silence bounded by the sizes
+ * (serve_bench_sizes): -ETIMEDOUT, with a line, for the first that hangs
+ * and for every run after it. */
+void serve_bench_sizes(bool quick);
+/* For a run of its own (the suite's, on a terminal): the silence allowed
+ * (0 once one run hung: start none), and the call that says it hung. */
+int serve_bench_silence_ms(void);
+void serve_bench_hung(void);
+int serve_bench_run(char *const *args, char *buf, size_t size, int cpu,
+                    double *cpu_s);
+/* The last line a child wrote to fd: its reason, when it exited. */
+void serve_last_line(int fd, char *buf, size_t size);
 /* A running process's CPU time so far and its voluntary switches. */
 bool serve_proc_cpu(pid_t pid, double *cpu_s, long *sleeps);
 /* Runs args to the end with stdout captured into buf; its CPU time into

@@ -293,9 +293,7 @@ static int bench(const server *s, int requests, int clients, int pipeline,
                     P,
                     "--csv",
                     NULL};
-    /* A line per test as it ends: minutes on a busy machine at -P 1. */
-    return serve_run_capture(args, out, size, 300000, serve_cpu_client,
-                             client_s);
+    return serve_bench_run(args, out, size, serve_cpu_client, client_s);
 }
 
 static int measure(lab_fig *fig, lab_row *row, int round, double *v) {

@@ -386,7 +386,7 @@ static int replicate_once(const params *p, const serve_tls_files *t, int row,
         if (done) continue;
         if (serve_exited(replica.pid)) {
             char line[160];
-            serve_first_line(replica.out_fd, line, sizeof line);
+            serve_last_line(replica.out_fd, line, sizeof line);
             replica.pid = 0;
             snprintf(f->why, sizeof f->why, "%s replica exited: %s",
                      kv ? "lull-kv" : "redis-server", line);

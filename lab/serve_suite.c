@@ -98,12 +98,11 @@ static const suite_test tests[SUITE_TESTS] = {
 #define CLIENTS 50
 /* Requests per test: `redis-benchmark -n 100000`, the suite's usual size;
  * --quick's are a few ms of each test at -P 1 and -P 16. A test's CSV
- * line comes when it ends, so a test that hangs is seen after
- * LINE_WAIT_MS. */
+ * line comes when it ends, so a test that hangs is seen after the
+ * silence serve_bench_silence_ms() allows (lab/serve_proc.c). */
 #define REQUESTS       100000
 #define QUICK_REQUESTS 4000
 #define QUICK_P16      10000
-#define LINE_WAIT_MS   300000
 #define EXIT_CHECK_MS  1000 /* how often a silent run's server is looked at */
 
 /* Each test's values, and the columns of its figure. */
@@ -299,6 +298,11 @@ typedef struct tally {
 static int run_tests(suite *su, server *srv, int d, int s,
                      const char *tests_arg, int lines, tally *acc, char *why,
                      size_t why_size) {
+    int line_wait_ms = serve_bench_silence_ms();
+    if (line_wait_ms == 0) {
+        snprintf(why, why_size, "redis-benchmark hung before");
+        return -ETIMEDOUT;
+    }
     char port[16], n[16], c[16], P[16];
     snprintf(port, sizeof port, "%d", srv->port);
     snprintf(n, sizeof n, "%d", su->requests[d]);
@@ -353,9 +357,10 @@ static int run_tests(suite *su, server *srv, int d, int s,
                 rc = -ESRCH;
                 break;
             }
-            if ((waited_ms += EXIT_CHECK_MS) < LINE_WAIT_MS) continue;
+            if ((waited_ms += EXIT_CHECK_MS) < line_wait_ms) continue;
             snprintf(why, why_size, "redis-benchmark printed nothing for %d s",
-                     LINE_WAIT_MS / 1000);
+                     line_wait_ms / 1000);
+            serve_bench_hung();
             rc = -ETIMEDOUT;
             break;
         }

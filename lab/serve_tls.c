@@ -191,8 +191,7 @@ static int bench(const tctx *c, int s, double *v) {
     double before, after;
     long sleeps;
     bool known = serve_proc_cpu(srv->pid, &before, &sleeps);
-    int rc = serve_run_capture(args, buf, sizeof buf, 300000, serve_cpu_client,
-                               NULL);
+    int rc = serve_bench_run(args, buf, sizeof buf, serve_cpu_client, NULL);
     if (rc < 0) return rc;
     known = known && serve_proc_cpu(srv->pid, &after, &sleeps);
     double rps[TESTS] = {0}, p50[TESTS] = {0}, p99[TESTS] = {0};

@@ -325,9 +325,16 @@ lab_json *lab_json_open(const char *path) {
     return j;
 }
 
+int lab_json_flush(lab_json *j) {
+    return fflush(j->f) == 0 && !ferror(j->f) ? 0 : -(errno ? errno : EIO);
+}
+
 int lab_json_close(lab_json *j) {
     fputc('\n', j->f);
-    int rc = ferror(j->f) ? -EIO : 0;
+    /* The write's own error (ENOSPC), where stdio's flag says only that
+     * one failed. */
+    errno = 0;
+    int rc = lab_json_flush(j);
     if (fclose(j->f) != 0 && rc == 0) rc = -errno;
     free(j);
     return rc;

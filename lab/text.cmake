@@ -35,10 +35,11 @@ endfunction()
 # beside lull's 48.8 µs printed ×0.91, not ×0.79); p50, p99 and µs/s
 # (CPU time per second) that a libuv user reads as latency or a rate; a
 # hop (one run of a chain's task), the same policy a peer is set to, and
-# a noisy miss, which only docs/BENCHMARKS.md defined. Plain words only:
+# a noisy miss, which only docs/BENCHMARKS.md defined; -P, redis-
+# benchmark's pipelining, in serve's column heads. Plain words only:
 # each is used in a regular expression as it is.
 set(LAB_LEGEND_TERMS "floor" "floor-bound" "× per round" "p50" "p99" "µs/s"
-  "hop" "same policy" "noisy" "commit")
+  "hop" "same policy" "noisy" "commit" "-P")
 
 # The terms of LAB_LEGEND_TERMS that lines (a list, lab_lines) use before
 # defining, as "term: first line using it" items in out.

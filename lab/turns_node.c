@@ -33,9 +33,9 @@ static char *script_path(void) {
 /* Reads the numbers of "values": [...] into out (null -> NaN). */
 static int parse_values(const char *json, turns_result *out) {
     const char *p = strstr(json, "\"values\"");
-    if (!p) return -EPROTO;
+    if (!p) return -ENODATA;
     p = strchr(p, '[');
-    if (!p) return -EPROTO;
+    if (!p) return -ENODATA;
     p++;
     for (int i = 0; i < TURNS_VALUES; i++) {
         while (*p == ' ' || *p == '\n')
@@ -47,7 +47,7 @@ static int parse_values(const char *json, turns_result *out) {
         } else {
             char *end;
             out->v[i] = strtod(p, &end);
-            if (end == p) return -EPROTO;
+            if (end == p) return -ENODATA;
             p = end;
         }
         while (*p == ' ')
