@@ -1714,11 +1714,14 @@ LULL_EXTERN const char *lull_tls_error_string(const lull_tls *tls);
  * connection's bytes stay in order. A connection made with
  * LULL_SIMCONN_RAW hands on_frame the bytes in chunks of any size, cut
  * where the seed says (a raw stream's partial reads); without it, whole
- * frames (a framed stream's). on_close runs once per connection end,
- * whoever closed it, as its last callback, after every frame it sent was
- * released: as for streams, 0 for the peer's close or shutdown (EOF),
- * -ECONNRESET for a reset, -ETIMEDOUT for a partition that broke the
- * connection, or the reason given to lull_endpoint_close, in a later turn.
+ * frames (a framed stream's). A frame counts in its sender's ep.queued
+ * until it was read whole, as a stream's until it was written whole: the
+ * bytes read of a frame still being read stay counted. on_close runs once
+ * per connection end, whoever closed it, as its last callback, after every
+ * frame it sent was released: as for streams, 0 for the peer's close or
+ * shutdown (EOF), -ECONNRESET for a reset, -ETIMEDOUT for a partition that
+ * broke the connection, or the reason given to lull_endpoint_close, in a
+ * later turn.
  * A close writes what the window takes and drops the rest, as a socket's
  * close does; lull_simconn_shutdown sends everything first. The loop must
  * run on the virtual clock. */

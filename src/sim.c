@@ -722,15 +722,18 @@ static void queue_cut(lull_simnet *net, lull_simconn *c) {
 }
 
 /* The frames `done` were read to their end: they go back to their owners;
- * then their sender counts them: the `bytes` read, and a framed sender
- * each frame's header too, as it counted them (lull__frame_cost). Its
- * drain may re-send those frames. c's read runs under the guard g: false
- * when c closed meanwhile (released here; c is not touched again). */
-static bool hand_back(lull_simconn *c, simguard *g, lull_frame *done,
-                      size_t bytes) {
-    size_t frames = 0;
-    for (const lull_frame *f = done; f; f = f->next)
+ * then their sender counts them off, each whole (lull__frame_cost: a
+ * framed sender's header too), as a stream takes a frame off once it is
+ * written whole (src/frame.c: queued is the frames not yet released): the
+ * bytes read of a frame still being read stay counted. Its drain may
+ * re-send those frames. c's read runs under the guard g: false when c
+ * closed meanwhile (released here; c is not touched again). */
+static bool hand_back(lull_simconn *c, simguard *g, lull_frame *done) {
+    size_t frames = 0, bytes = 0;
+    for (const lull_frame *f = done; f; f = f->next) {
         frames++;
+        bytes += f->len;
+    }
     release_list(done);
     lull_simconn *sender = g->closed ? NULL : c->other;
     if (sender) {
@@ -822,7 +825,7 @@ static void deliver(lull_simnet *net, lull_simconn *c) {
         release_list(g.discard);
         return;
     }
-    if (!hand_back(c, &g, take_done(c), n)) return;
+    if (!hand_back(c, &g, take_done(c))) return;
     c->guard = NULL;
     send_segments(net, c); /* the window has room again */
     resched(net, c);
@@ -969,7 +972,7 @@ static void step(lull_simnet *net, lull_simconn *c) {
             resched(net, c);
             simguard g = {false, NULL};
             c->guard = &g;
-            if (hand_back(c, &g, done, 0)) c->guard = NULL;
+            if (hand_back(c, &g, done)) c->guard = NULL;
             return;
         }
         if (d->eof && d->read == d->queued) {
