@@ -933,7 +933,7 @@ static void open_every_kind(every_kind *ek) {
     /* A pool, and a file it opened for the program. */
     CHECK_EQ(lull_pool_new(&ek->pool, NULL), 0);
     char file[96];
-    snprintf(file, sizeof file, "%s/f", ek->dir);
+    snprintf(file, sizeof file, "%.*s/f", (int)sizeof ek->dir - 1, ek->dir);
     CHECK_EQ(lull_fs_open(loop, ek->pool, &ek->open_req, file, O_CREAT | O_RDWR,
                           0600, ek_opened),
              0);
@@ -1034,7 +1034,7 @@ TEST(no_fd_of_lull_survives_an_exec) {
     lull_timer_stop(&guard);
     CHECK_EQ(lull_loop_settle(ek->loop) >= 0, 1);
     char file[96];
-    snprintf(file, sizeof file, "%s/f", ek->dir);
+    snprintf(file, sizeof file, "%.*s/f", (int)sizeof ek->dir - 1, ek->dir);
     unlink(file);
     rmdir(ek->dir);
     int rc = lull_loop_free(ek->loop);
