@@ -124,6 +124,35 @@ void kv_log(kv *k, const resp_arg *a, size_t argc) {
     if (repl_log_write(&k->log, a, argc) < 0) kv_oom("the write log");
 }
 
+/* The reservation is what keeps a write and its record together: the
+ * keyspace takes the write first, and a record that then finds no memory
+ * (a value of many MiB needs a chunk as long) could only stop lull-kv
+ * (kv_oom), with the write applied and never sent. 64 bytes and 32 a
+ * word cover the records a write logs besides its own or in its place
+ * (EXPIRE's PEXPIREAT, SET's PXAT, INCRBYFLOAT's SET, a MULTI, the DEL of
+ * an expired key of up to 18 bytes a word); one that outgrows them still
+ * asks the log for room, as before. */
+size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec) {
+    *nrec = argc + 2;
+    return repl_record_len(a, argc) + 64 + 32 * argc;
+}
+
+bool kv_log_room(kv *k, size_t len, size_t nrec, buf *out) {
+    if (k->replica || k->log.idle) return true; /* nothing is kept */
+    if (repl_log_room(&k->log, len, nrec) == 0) return true;
+    reply_oom(out);
+    return false;
+}
+
+/* kv_log_room for command c of a[0..argc) before it runs. */
+static inline bool write_room(kv *k, const kv_cmd *c, const resp_arg *a,
+                              size_t argc, buf *out) {
+    if (!(c->flags & (CMD_WRITE | CMD_LOGGED)) || k->replica || k->log.idle)
+        return true;
+    size_t nrec, len = kv_log_need(a, argc, &nrec);
+    return kv_log_room(k, len, nrec, out);
+}
+
 /* A primary deletes a key whose time has come and logs the DEL that
  * repeats it on its replicas. */
 static void expire_key(kv *k, dict_entry *e) {
@@ -1592,7 +1621,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
     } else if (c->flags & CMD_SERVER) {
         return KV_SERVER; /* the caller's to run */
     } else {
-        c->fn(k, cl, a, argc, out);
+        if (write_room(k, c, a, argc, out)) c->fn(k, cl, a, argc, out);
         return c->fn == cmd_quit ? KV_QUIT : 0;
     }
     if (c && strcmp(c->name, "exec") == 0) exec_abort(cl, out, at);
@@ -1622,7 +1651,7 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     if (!runs_at_once(k, cl, c, argc))
         return exec_checked(k, cl, a, argc, out, c);
     if (cl) cl->cmd = c->name; /* CLIENT LIST's cmd */
-    c->fn(k, cl, a, argc, out);
+    if (write_room(k, c, a, argc, out)) c->fn(k, cl, a, argc, out);
     return 0;
 }
 
