@@ -4438,3 +4438,36 @@ TEST(out_of_memory_sweep_replica_syncs) {
     };
     OOM_SWEEP(setup, st);
 }
+
+/* A connection that finds no memory for its client is closed by its
+ * transport (server.c's accept): that was said nowhere, so a client
+ * turned away under memory pressure left no trace. The log says it, once
+ * until a client is let in again (a flood of connects would otherwise be
+ * a line each, as for maxclients). */
+static int oom_client_lines;
+static void count_oom_clients(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "out of memory for a new client")) oom_client_lines++;
+}
+
+TEST(client_without_memory_for_its_connection_is_logged_once) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = count_oom_clients;
+    oom_client_lines = 0;
+    shim_reset(1);
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM);
+    arm(true);
+    for (int i = 0; i < 3; i++)
+        CHECK(conn_new(&p) == NULL);
+    arm(false);
+    CHECK_EQ(oom_client_lines, 1);
+    int fd = client_to(loop, &p, NULL); /* let in: said again next time */
+    arm(true);
+    CHECK(conn_new(&p) == NULL);
+    arm(false);
+    CHECK_EQ(oom_client_lines, 2);
+    close(fd);
+    close_client(loop, &p);
+}
