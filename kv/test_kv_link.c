@@ -4471,3 +4471,55 @@ TEST(client_without_memory_for_its_connection_is_logged_once) {
     close(fd);
     close_client(loop, &p);
 }
+
+/* A replica that runs out of memory applying or buffering the stream
+ * said "malformed replication stream from <primary>": a reader looked for
+ * a bug in the primary. It says out of memory, and not malformed. Each
+ * allocation of the replica's apply fails in turn. */
+static int malformed_lines, replica_oom_lines;
+static void count_replica_oom(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "malformed")) malformed_lines++;
+    if (strstr(line, "replica: out of memory")) replica_oom_lines++;
+}
+
+TEST(replica_out_of_memory_is_said_so_not_malformed) {
+    malformed_lines = replica_oom_lines = 0;
+    for (uint64_t nth = 1; nth < 200; nth++) {
+        lull_loop *loop;
+        server p, r;
+        CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+        CHECK_EQ(lull_timer_init(loop, &guard, guard_fired), 0);
+        lull_timer_start(&guard, 20000000000ull, 0);
+        node_open(&p, loop, false);
+        p.catchup = CATCHUP_LOOP;
+        primary_of = &p;
+        node_open(&r, loop, true);
+        r.log = count_replica_oom;
+        server_start(&r);
+        write_cmd(&p, "SET", "a", "1");
+        run_to_sync(loop, &p, &r);
+        static char big[200000];
+        memset(big, 'b', sizeof big - 1);
+        write_cmd(&p, "SET", "big", big);
+        resp_arg push[5] = {
+            {"RPUSH", 5}, {"l", 1}, {"v1", 2}, {"v2", 2}, {"v3", 2}};
+        write_argv(&p, push, 5);
+        shim_reset(1);
+        fail_nth(K_MALLOC, -1, nth, 1, ENOMEM);
+        arm(true);
+        uint64_t t0 = now_ms();
+        while (!in_sync(&p, &r) && r.m.state == M_UP) {
+            CHECK(now_ms() - t0 < 20000);
+            lull_loop_run(loop, LULL_RUN_ONCE);
+        }
+        arm(false);
+        bool hit = injected_total(K_MALLOC) > 0;
+        run_to_sync(loop, &p, &r);
+        same_dumps(&p, &r);
+        close_all(loop, &p, &r);
+        if (!hit) break;
+    }
+    CHECK(replica_oom_lines > 0); /* the case was reached */
+    CHECK_EQ(malformed_lines, 0);
+}
