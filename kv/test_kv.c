@@ -7193,6 +7193,7 @@ static int log_room_child(size_t which, uint64_t nth) {
     if (!hit) return 3;
     CHECK(reply[0] == '+' || reply[0] == ':' || reply[0] == '*' ||
           strncmp(reply, "-OOM ", 5) == 0);
+    CHECK(!cl.multi); /* an EXEC refused ends the transaction too */
     resp_limits lim = {.max_bulk = sizeof big, .max_args = MAX_ARGS};
     resp_arg argv[MAX_ARGS];
     const char *err = NULL;
