@@ -154,19 +154,26 @@ static inline bool write_room(kv *k, const kv_cmd *c, const resp_arg *a,
 }
 
 /* A primary deletes a key whose time has come and logs the DEL that
- * repeats it on its replicas. */
-static void expire_key(kv *k, dict_entry *e) {
+ * repeats it on its replicas. With `may_wait`, a DEL the log has no
+ * memory for leaves the key in place (false): deleted unlogged, it would
+ * stay on every replica. Without it (a command's lookup, which must not
+ * find the key again), the log is asked as for any record. */
+static bool expire_key(kv *k, dict_entry *e, bool may_wait) {
     resp_arg del[2] = {{"DEL", 3}, {dict_key(&k->db.d, e), e->klen}};
+    if (may_wait && !k->replica &&
+        repl_log_room(&k->log, repl_record_len(del, 2), 1) < 0)
+        return false;
     kv_log(k, del, 2);
     store_delete(&k->db, e);
     k->expiry_changed = true;
+    return true;
 }
 
 dict_entry *kv_lookup(kv *k, const resp_arg *key) {
     dict_entry *e = store_find(&k->db, key->p, key->len);
     if (!e || !store_obj(e)->heap || k->applying) return e;
     if (!store_expired(store_expire(&k->db, e), kv_now(k))) return e;
-    if (!k->replica) expire_key(k, e);
+    if (!k->replica) expire_key(k, e, false);
     return NULL;
 }
 
@@ -200,7 +207,10 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg) {
      * timer makes progress. */
     while ((e = store_first_expiry(&k->db)) &&
            store_expired(store_expire(&k->db, e), now)) {
-        expire_key(k, e);
+        if (!expire_key(k, e, true)) {
+            k->expire_waits = true; /* the timer tries again later */
+            break;
+        }
         n++;
         if (!more_ok(arg)) break;
     }
