@@ -124,20 +124,56 @@ void kv_log(kv *k, const resp_arg *a, size_t argc) {
     if (repl_log_write(&k->log, a, argc) < 0) kv_oom("the write log");
 }
 
+/* The reservation is what keeps a write and its record together: the
+ * keyspace takes the write first, and a record that then finds no memory
+ * (a value of many MiB needs a chunk as long) could only stop lull-kv
+ * (kv_oom), with the write applied and never sent. 64 bytes and 32 a
+ * word cover the records a write logs besides its own or in its place
+ * (EXPIRE's PEXPIREAT, SET's PXAT, INCRBYFLOAT's SET, a MULTI, the DEL of
+ * an expired key of up to 18 bytes a word); one that outgrows them still
+ * asks the log for room, as before. */
+size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec) {
+    *nrec = argc + 2;
+    return repl_record_len(a, argc) + 64 + 32 * argc;
+}
+
+bool kv_log_room(kv *k, size_t len, size_t nrec, buf *out) {
+    if (k->replica || k->log.idle) return true; /* nothing is kept */
+    if (repl_log_room(&k->log, len, nrec) == 0) return true;
+    reply_oom(out);
+    return false;
+}
+
+/* kv_log_room for command c of a[0..argc) before it runs. */
+static inline bool write_room(kv *k, const kv_cmd *c, const resp_arg *a,
+                              size_t argc, buf *out) {
+    if (!(c->flags & (CMD_WRITE | CMD_LOGGED)) || k->replica || k->log.idle)
+        return true;
+    size_t nrec, len = kv_log_need(a, argc, &nrec);
+    return kv_log_room(k, len, nrec, out);
+}
+
 /* A primary deletes a key whose time has come and logs the DEL that
- * repeats it on its replicas. */
-static void expire_key(kv *k, dict_entry *e) {
+ * repeats it on its replicas. With `may_wait`, a DEL the log has no
+ * memory for leaves the key in place (false): deleted unlogged, it would
+ * stay on every replica. Without it (a command's lookup, which must not
+ * find the key again), the log is asked as for any record. */
+static bool expire_key(kv *k, dict_entry *e, bool may_wait) {
     resp_arg del[2] = {{"DEL", 3}, {dict_key(&k->db.d, e), e->klen}};
+    if (may_wait && !k->replica &&
+        repl_log_room(&k->log, repl_record_len(del, 2), 1) < 0)
+        return false;
     kv_log(k, del, 2);
     store_delete(&k->db, e);
     k->expiry_changed = true;
+    return true;
 }
 
 dict_entry *kv_lookup(kv *k, const resp_arg *key) {
     dict_entry *e = store_find(&k->db, key->p, key->len);
     if (!e || !store_obj(e)->heap || k->applying) return e;
     if (!store_expired(store_expire(&k->db, e), kv_now(k))) return e;
-    if (!k->replica) expire_key(k, e);
+    if (!k->replica) expire_key(k, e, false);
     return NULL;
 }
 
@@ -171,7 +207,10 @@ size_t kv_expire_due(kv *k, bool (*more_ok)(void *arg), void *arg) {
      * timer makes progress. */
     while ((e = store_first_expiry(&k->db)) &&
            store_expired(store_expire(&k->db, e), now)) {
-        expire_key(k, e);
+        if (!expire_key(k, e, true)) {
+            k->expire_waits = true; /* the timer tries again later */
+            break;
+        }
         n++;
         if (!more_ok(arg)) break;
     }
@@ -1592,7 +1631,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
     } else if (c->flags & CMD_SERVER) {
         return KV_SERVER; /* the caller's to run */
     } else {
-        c->fn(k, cl, a, argc, out);
+        if (write_room(k, c, a, argc, out)) c->fn(k, cl, a, argc, out);
         return c->fn == cmd_quit ? KV_QUIT : 0;
     }
     if (c && strcmp(c->name, "exec") == 0) exec_abort(cl, out, at);
@@ -1622,7 +1661,7 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     if (!runs_at_once(k, cl, c, argc))
         return exec_checked(k, cl, a, argc, out, c);
     if (cl) cl->cmd = c->name; /* CLIENT LIST's cmd */
-    c->fn(k, cl, a, argc, out);
+    if (write_room(k, c, a, argc, out)) c->fn(k, cl, a, argc, out);
     return 0;
 }
 

@@ -143,6 +143,9 @@ struct kv {
     /* The earliest expiry may have moved (a key got, changed or lost its
      * expiry): the owner re-arms its timer for store_first_expiry. */
     bool expiry_changed;
+    /* kv_expire_due left a due key in place, its DEL finding no memory in
+     * the log: the owner's timer tries again later, not at once. */
+    bool expire_waits;
     /* Running a record of the primary's (a replica): every key is seen as
      * it is (expiry is the primary's to decide), and writes are allowed. */
     bool applying;

@@ -179,6 +179,20 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      "errors.\r\n");
         return;
     }
+    /* Room for every record the transaction may log, or none of it runs
+     * (kv_log_room). */
+    size_t len = 0, nrec = 2; /* and its MULTI and EXEC */
+    for (kv_queued *w = cl->queue; w; w = w->next) {
+        const kv_cmd *c = kv_command(&w->argv[0]);
+        if (!c || !(c->flags & (CMD_WRITE | CMD_LOGGED))) continue;
+        size_t r;
+        len += kv_log_need(w->argv, w->argc, &r);
+        nrec += r;
+    }
+    if (len && !kv_log_room(k, len + 32, nrec, out)) {
+        queue_free(cl);
+        return;
+    }
     kv_queued *q = cl->queue;
     cl->queue = NULL;
     size_t n = cl->queued;

@@ -83,6 +83,15 @@ int kv_set_expire(kv *k, dict_entry *e, int64_t when);
 /* Appends a record to a primary's log (nothing on a replica). Out of
  * memory stops lull-kv: a replica must never miss a write. */
 void kv_log(kv *k, const resp_arg *a, size_t argc);
+/* Room in the write log for what the write `a` (argc words; a transaction:
+ * the lengths of its records, `len` and `nrec` added up by the caller)
+ * will log, asked before it runs: false, with -OOM said in out, when there
+ * is none, and the write must not run. */
+bool kv_log_room(kv *k, size_t len, size_t nrec, buf *out);
+/* The room kv_log_room asks for one write of these words: its record, and
+ * what it may log besides or instead (a MULTI before it, a record
+ * rewritten with longer numbers, the DELs of keys it finds expired). */
+size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec);
 void kv_oom(const char *what) __attribute__((noreturn));
 
 /* SCAN's cursor as Redis reads it (strtoul's rules); false: invalid. */

@@ -1140,7 +1140,16 @@ void conn_class_changed(kv_client *cl) {
 
 conn *conn_new(server *srv) {
     conn *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
+    if (!c) {
+        /* Its transport closes it. Said once until a client is let in
+         * again: a flood of connects would otherwise be a line each. */
+        if (!srv->oom_said)
+            srv_log(srv, "out of memory for a new client: its connection "
+                         "closed, and any more until one is let in");
+        srv->oom_said = true;
+        return NULL;
+    }
+    srv->oom_said = false; /* a client was let in */
     c->srv = srv;
     kv_client_init(&c->cl, c, &c->out);
     set_cap(c);

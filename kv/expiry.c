@@ -6,6 +6,12 @@
 #include <stdbool.h>
 #include <string.h>
 
+/* How long a due key whose DEL found no memory waits before the timer
+ * tries again: often enough that memory freed is soon used, seldom
+ * enough that a loop short of it stays idle (as a replica's first
+ * reconnect, link.c). */
+#define EXPIRE_RETRY_NS 100000000ull
+
 static int64_t loop_clock(kv *k) {
     kv_expiry *x = k->owner;
     uint64_t ns = lull_loop_now_exact(x->loop) - x->base_ns;
@@ -81,6 +87,10 @@ void kv_expiry_rearm(kv_expiry *x) {
                               : x->base_ns + ms * 1000000u;
         delay = target > now ? target - now : 0;
     }
+    /* A due key left for want of memory (kv.expire_waits): at once would
+     * spin the loop while memory stays short. */
+    if (k->expire_waits && delay < EXPIRE_RETRY_NS) delay = EXPIRE_RETRY_NS;
+    k->expire_waits = false;
     lull_timer_start(&x->timer, delay, 0);
 }
 

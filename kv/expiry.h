@@ -13,7 +13,8 @@
  *   next deadline    the earliest key's expiry time + 1 ms (a key
  *                    goes once the clock is past its time, as in
  *                    Redis); lull's timers never fire early, so no key
- *                    is deleted before its time
+ *                    is deleted before its time; 100 ms on when a due
+ *                    key's DEL found no memory in the log
  *   quiet            no key with an expiry, or a replica (its primary's
  *                    DELs expire its keys): no timer
  * Nothing samples keys on a period: an idle lull-kv holding a million

@@ -1476,8 +1476,11 @@ static void master_down(server *srv) {
         m->backoff_ns * 2 > RETRY_MAX_NS ? RETRY_MAX_NS : m->backoff_ns * 2;
 }
 
-/* The primary sent what lull-kv's replication protocol does not allow. */
-static void master_malformed(server *srv, const char *what) {
+/* The primary sent what lull-kv's replication protocol does not allow,
+ * or (oom) the replica had no memory to buffer or apply what it sent:
+ * said so, not "malformed", which would send a reader after the
+ * primary. */
+static void master_failed(server *srv, const char *what, bool oom) {
     master *m = &srv->m;
     if (srv->kv.plant & KV_PLANT_SILENT_RESYNC) {
         m->state = M_DOWN; /* and not a word of why */
@@ -1485,8 +1488,9 @@ static void master_malformed(server *srv, const char *what) {
         return;
     }
     srv_log(srv,
-            "replica: malformed replication stream from %s:%d at offset "
-            "%" PRIu64 ": %s; link closed",
+            "replica: %s stream from %s:%d at offset %" PRIu64
+            ": %s; link closed",
+            oom ? "out of memory for the replication" : "malformed replication",
             m->host, m->port, srv->kv.offset, what);
     /* Backing off as before the handshake: a primary whose every answer
      * is malformed would otherwise be asked again every 100 ms, each time
@@ -1494,6 +1498,10 @@ static void master_malformed(server *srv, const char *what) {
     if (m->backoff_was) m->backoff_ns = m->backoff_was;
     m->state = M_DOWN;                   /* said why: master_closed need not */
     lull_endpoint_close(m->ep, -EPROTO); /* master_closed retries */
+}
+
+static void master_malformed(server *srv, const char *what) {
+    master_failed(srv, what, false);
 }
 
 /* A send on the link was refused: the link closes (the primary sees it
@@ -1796,6 +1804,7 @@ static long apply_snapshot(server *srv) {
         }
         char why[160];
         uint64_t keys;
+        bool oom = false;
         if (n == RESP_ERROR) {
             snprintf(why, sizeof why, "a malformed snapshot: %s", err);
         } else if (argc >= 1 && resp_is(&srv->argv[0], SNAP_END)) {
@@ -1830,10 +1839,11 @@ static long apply_snapshot(server *srv) {
             }
             snprintf(why, sizeof why, "a snapshot record failed: %s",
                      r < 0 ? err : "not whole");
+            oom = r == -ENOMEM;
         }
         m->snap_db = k->db;
         k->db = old;
-        master_malformed(srv, why);
+        master_failed(srv, why, oom);
         return -1;
     }
     if (m->snap) { /* more to come */
@@ -1858,7 +1868,7 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
     buf_put(&m->in, bytes, len);
     if (m->in.oom) {
         m->in.oom = false;
-        master_malformed(srv, "out of memory");
+        master_failed(srv, "its input buffer could not grow", true);
         return;
     }
     if (m->state == M_SYNC && m->auth_pending && master_auth_reply(srv) <= 0)
@@ -1887,7 +1897,7 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
          * resumed there, the replica would apply that part twice. Its
          * keyspace is no offset's now: the next sync is a full one. */
         if (n == -ENOMEM) m->replid[0] = 0;
-        master_malformed(srv, err);
+        master_failed(srv, err, n == -ENOMEM);
         return;
     }
     buf_consume(&m->in, (size_t)n);

@@ -93,9 +93,16 @@ void repl_log_keep(repl_log *log) {
 }
 
 int repl_log_reserve(repl_log *log, size_t len) {
+    return repl_log_room(log, len, 1);
+}
+
+int repl_log_room(repl_log *log, size_t len, size_t nrec) {
     if (log->idle) return 0; /* nothing is kept */
-    if (log->nrec - log->rec0 == log->rec_cap) {
+    size_t used = log->nrec - log->rec0;
+    if (log->rec_cap - used < nrec) {
         size_t cap = log->rec_cap ? log->rec_cap * 2 : 1024;
+        while (cap - used < nrec)
+            cap *= 2;
         uint64_t *s = realloc(log->starts, cap * sizeof *s);
         if (!s) return -ENOMEM;
         log->starts = s;

@@ -200,6 +200,9 @@ size_t repl_record_len(const resp_arg *argv, size_t argc);
  * fail: a write is logged only if it is applied, and applied only if it
  * can be logged. 0 or -ENOMEM. */
 int repl_log_reserve(repl_log *log, size_t len);
+/* repl_log_reserve for nrec records of len bytes together: the appends of
+ * all of them fit the last chunk, with no allocation. 0 or -ENOMEM. */
+int repl_log_room(repl_log *log, size_t len, size_t nrec);
 /* Appends argv as one multibulk record (after a successful reserve of
  * repl_record_len(argv, argc) bytes). */
 void repl_log_append(repl_log *log, const resp_arg *argv, size_t argc);

@@ -234,8 +234,10 @@ struct server {
      * answered "-ERR max number of clients reached" and closed, so that
      * the descriptors set aside stay the server's own. */
     size_t maxclients;
-    bool full_said;         /* the log said clients are refused; not since */
-    uint64_t rejected;      /* clients refused so (INFO rejected_connections) */
+    bool full_said;    /* the log said clients are refused; not since */
+    bool oom_said;     /* the log said a new client found no memory; none let
+                          in since */
+    uint64_t rejected; /* clients refused so (INFO rejected_connections) */
     lull_tls_ctx *repl_tls; /* --tls-replication: the link's client context */
     bool stopping;          /* server_stop: the link is not retried */
     /* Where a slice of busy work ends (the replication sender, the expiry

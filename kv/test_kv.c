@@ -7192,3 +7192,153 @@ TEST(shrink_never_thrashes_at_a_size_boundary) {
         dict_free(&d);
     }
 }
+
+/* A write whose record cannot be logged stopped lull-kv (kv_oom): the
+ * keyspace had taken the write, and a replica would never have seen it.
+ * A large value does this under memory pressure: its record needs a
+ * chunk of its own as long as the value, asked for after the keyspace
+ * took the value. Each allocation of such writes fails in turn, each in
+ * a child (a stop is a signal): every one must end in a reply, -OOM or
+ * the failure-free one, with the log holding exactly what the keyspace
+ * took, which a replica applying it ends equal to. */
+#include <sys/wait.h>
+
+static const char *const log_room_cmds[] = {"SET", "APPEND", "RPUSH", "MULTI"};
+
+/* 0: a failure was injected and all was well; 3: none was left to fail. */
+static int log_room_child(size_t which, uint64_t nth) {
+    static char big[3 * REPL_CHUNK];
+    memset(big, 'v', sizeof big);
+    kv p, r;
+    kv_setup(&p, false);
+    kv_setup(&r, true);
+    buf out = {0}, dp = {0}, dr = {0};
+    kv_client cl;
+    kv_client_init(&cl, NULL, &out);
+    exec_words(&p, &out, "SET a 1");
+    resp_arg set[3] = {{"SET", 3}, {"big", 3}, {big, sizeof big}};
+    resp_arg append[3] = {{"APPEND", 6}, {"a", 1}, {big, sizeof big}};
+    resp_arg push[4] = {{"RPUSH", 5}, {"l", 1}, {"x", 1}, {big, sizeof big}};
+    resp_arg multi = {"MULTI", 5}, exec = {"EXEC", 4};
+    shim_reset(1);
+    fail_nth(K_MALLOC, -1, nth, 1, ENOMEM);
+    arm(true);
+    const char *reply;
+    if (which == 0) {
+        reply = exec_args(&p, &cl, &out, set, 3);
+    } else if (which == 1) {
+        reply = exec_args(&p, &cl, &out, append, 3);
+    } else if (which == 2) {
+        reply = exec_args(&p, &cl, &out, push, 4);
+    } else {
+        /* Queued before the failures: the EXEC is what is tested. */
+        arm(false);
+        exec_args(&p, &cl, &out, &multi, 1);
+        exec_args(&p, &cl, &out, set, 3);
+        exec_args(&p, &cl, &out, push, 4);
+        arm(true);
+        reply = exec_args(&p, &cl, &out, &exec, 1);
+    }
+    arm(false);
+    bool hit = injected_total(K_MALLOC) > 0;
+    if (!hit) return 3;
+    CHECK(reply[0] == '+' || reply[0] == ':' || reply[0] == '*' ||
+          strncmp(reply, "-OOM ", 5) == 0);
+    CHECK(!cl.multi); /* an EXEC refused ends the transaction too */
+    resp_limits lim = {.max_bulk = sizeof big, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    const char *err = NULL;
+    size_t need, at = 0;
+    for (size_t i = 0; i < p.log.nchunks; i++) {
+        long n = kv_apply_stream(&r, &lim, argv, p.log.chunks[i].p,
+                                 p.log.chunks[i].used, &err, &need);
+        CHECK_EQ(n, (long)p.log.chunks[i].used);
+        at += (size_t)n;
+    }
+    CHECK_EQ(at, (size_t)(p.log.end - p.log.base));
+    kv_dump(&p, &dp);
+    kv_dump(&r, &dr);
+    CHECK(same_dump(&dp, &dr));
+    kv_client_reset(&p, &cl);
+    buf_free(&out);
+    buf_free(&dp);
+    buf_free(&dr);
+    kv_free(&p);
+    kv_free(&r);
+    return 0;
+}
+
+TEST(write_whose_record_finds_no_room_is_refused_before_it_runs) {
+    for (size_t w = 0; w < sizeof log_room_cmds / sizeof *log_room_cmds; w++) {
+        for (uint64_t nth = 1;; nth++) {
+            fflush(NULL);
+            pid_t pid = fork();
+            CHECK(pid >= 0);
+            if (pid == 0) _exit(log_room_child(w, nth));
+            int status;
+            CHECK_EQ(waitpid(pid, &status, 0), pid);
+            if (!WIFEXITED(status))
+                check_fail(__FILE__, __LINE__,
+                           "%s with allocation %llu failing: signal %d",
+                           log_room_cmds[w], (unsigned long long)nth,
+                           WTERMSIG(status));
+            CHECK(WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3);
+            if (WEXITSTATUS(status) == 3) break;
+        }
+    }
+}
+
+/* The expiry timer deletes a key and logs its DEL; a DEL that found no
+ * memory in the log stopped lull-kv (kv_oom), every client's keyspace
+ * with it. The timer now leaves such a key in place (its DEL unlogged, so
+ * deleting it would part the replicas from the primary) and tries again
+ * 100 ms later, rather than at once, which would spin the loop while
+ * memory stays short. In a child: the stop was a signal. */
+static int expiry_waits_child(void) {
+    lull_loop *loop = virtual_loop();
+    vkv v;
+    vkv_open(&v, loop, false);
+    v.k.log.chunk_size = 16; /* every record needs a chunk of its own */
+    CHECK(strcmp(vexec(&v, "SET a 1 PX 100"), "+OK\r\n") == 0);
+    /* A record longer than the room a write reserves, so that its chunk
+     * ends full: the next record needs a chunk of its own. */
+    static char pad[300];
+    memset(pad, 'p', sizeof pad);
+    resp_arg padrec[2] = {{"PING", 4}, {pad, sizeof pad}};
+    CHECK_EQ(repl_log_write(&v.k.log, padrec, 2), 0);
+    const repl_chunk *last = &v.k.log.chunks[v.k.log.nchunks - 1];
+    CHECK_EQ(last->used, last->cap);
+    size_t nrec = v.k.log.nrec;
+    shim_reset(1);
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM);
+    arm(true);
+    lull_loop_advance(loop, 101 * MS);
+    arm(false);
+    CHECK_EQ(v.x.fired, 1);
+    CHECK_EQ(store_count(&v.k.db), 1); /* kept: its DEL has no room */
+    CHECK_EQ(v.k.log.nrec, nrec);
+    CHECK(lull_timer_active(&v.x.timer));
+    lull_loop_advance(loop, 99 * MS);
+    CHECK_EQ(v.x.fired, 1); /* not again before 100 ms */
+    lull_loop_advance(loop, 1 * MS);
+    CHECK_EQ(v.x.fired, 2);
+    CHECK_EQ(store_count(&v.k.db), 0);
+    CHECK(strcmp(last_record(&v.k), "*2\r\n$3\r\nDEL\r\n$1\r\na\r\n") == 0);
+    CHECK(!lull_timer_active(&v.x.timer));
+    vkv_close(&v);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return 0;
+}
+
+TEST(expired_key_whose_del_finds_no_memory_waits) {
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(expiry_waits_child());
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status))
+        check_fail(__FILE__, __LINE__, "stopped by signal %d",
+                   WTERMSIG(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+}

@@ -2000,3 +2000,243 @@ TEST_THREADED(fork_failing_midway_can_be_called_again) {
     rmdir(dir);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* ------------------------------------- every allocation of a program */
+
+/* One program on streams, loopback, timers, a pool and its file helpers,
+ * run again and again with its Nth allocation failing (N = 1, 2, ...,
+ * until none is left to fail), each run in a child. Every public call
+ * that allocates returns 0 or -ENOMEM; one refused leaves its handle
+ * unopened (a stream's fd closed) or usable; what was accepted arrives
+ * whole and in order, every callback owed runs, and the loop frees
+ * cleanly with no fd left open. Growing the timer heap stops the program
+ * with a message, as lull.h says: that run passes. */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SW_LEAK_CHECK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SW_LEAK_CHECK 1
+#endif
+#endif
+#ifndef SW_LEAK_CHECK
+#define SW_LEAK_CHECK 0
+#endif
+#if SW_LEAK_CHECK
+#include <sanitizer/lsan_interface.h>
+#endif
+
+enum { SW_SENDS = 4 };
+static lull_loop *sw_loop;
+static size_t sw_lb_got, sw_lb_want, sw_st_got, sw_st_want;
+static bool sw_lb_bad, sw_st_bad;
+static int sw_timers, sw_closes, sw_closes_owed;
+static int sw_work_status = 1, sw_fs_status = 1;
+static int64_t sw_fs_result;
+static size_t sw_dir_entries;
+
+static void sw_lb_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)ep;
+    /* Frames are "0", "1", ...: in order, none lost before a refusal. */
+    if (len != 1 || ((const char *)bytes)[0] != (char)('0' + sw_lb_got))
+        sw_lb_bad = true;
+    sw_lb_got++;
+}
+
+static void sw_st_frame(lull_endpoint *ep, const void *bytes, size_t len) {
+    (void)ep;
+    for (size_t i = 0; i < len; i++)
+        if (((const char *)bytes)[i] != (char)('a' + (sw_st_got + i) % 26))
+            sw_st_bad = true;
+    sw_st_got += len;
+}
+
+static void sw_closed(lull_endpoint *ep, int reason) {
+    (void)ep;
+    (void)reason;
+    sw_closes++;
+}
+
+static void sw_timer(lull_timer *t) {
+    (void)t;
+    sw_timers++;
+}
+
+static int sw_work(lull_work *w) {
+    (void)w;
+    return 7;
+}
+
+static void sw_work_done(lull_work *w, int status) {
+    (void)w;
+    sw_work_status = status;
+}
+
+static bool sw_dir(lull_fs *req, const lull_dirent *ents, size_t n) {
+    (void)req;
+    (void)ents;
+    sw_dir_entries += n;
+    return true;
+}
+
+static void sw_fs_done(lull_fs *req, int64_t result) {
+    (void)req;
+    sw_fs_result = result;
+    sw_fs_status = 0;
+}
+
+static bool sw_ok(int rc) {
+    if (rc != 0 && rc != -ENOMEM)
+        check_fail(__FILE__, __LINE__, "a call returned %d, not 0 or -ENOMEM",
+                   rc);
+    return rc == 0;
+}
+
+/* 0: a failure was injected and all was well; 3: none was left. */
+static int sweep_child(uint64_t nth) {
+    int fds = open_fds();
+    shim_reset(1);
+    fail_nth(K_MALLOC, -1, nth, 1, ENOMEM);
+    arm(true);
+    lull_loop *loop = NULL;
+    if (!sw_ok(lull_loop_new(&loop, NULL))) {
+        arm(false);
+        CHECK(loop == NULL);
+        CHECK_EQ(open_fds(), fds);
+        return 0;
+    }
+    sw_loop = loop;
+    lull_timer t[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(lull_timer_init(loop, &t[i], sw_timer), 0);
+        lull_timer_start(&t[i], 1000000u * (uint64_t)(i + 1), 0);
+    }
+    lull_loopback a, b;
+    bool lb = sw_ok(lull_loopback_pair(loop, &a, &b, NULL));
+    if (lb) {
+        lull_endpoint_set_callbacks(&a.ep, NULL, NULL, sw_closed);
+        lull_endpoint_set_callbacks(&b.ep, sw_lb_frame, NULL, sw_closed);
+        sw_closes_owed += 2;
+        for (int i = 0; i < SW_SENDS; i++) {
+            char c = (char)('0' + sw_lb_want);
+            if (sw_ok(lull_endpoint_send_copy(&a.ep, &c, 1))) sw_lb_want++;
+        }
+    }
+    int sv[2];
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    lull_stream s1, s2;
+    lull_stream_options raw = {.flags = LULL_STREAM_RAW};
+    bool st1 = sw_ok(lull_stream_open(loop, &s1, sv[0], &raw));
+    if (!st1) CHECK(fcntl(sv[0], F_GETFD) < 0 && errno == EBADF);
+    bool st2 = sw_ok(lull_stream_open(loop, &s2, sv[1], &raw));
+    if (!st2) CHECK(fcntl(sv[1], F_GETFD) < 0 && errno == EBADF);
+    if (st1) {
+        lull_endpoint_set_callbacks(&s1.ep, NULL, NULL, sw_closed);
+        sw_closes_owed++;
+    }
+    if (st2) {
+        lull_endpoint_set_callbacks(&s2.ep, sw_st_frame, NULL, sw_closed);
+        sw_closes_owed++;
+    }
+    if (st1 && st2) {
+        char chunk[100];
+        for (int i = 0; i < SW_SENDS; i++) {
+            for (size_t k = 0; k < sizeof chunk; k++)
+                chunk[k] = (char)('a' + (sw_st_want + k) % 26);
+            if (sw_ok(lull_endpoint_send_copy(&s1.ep, chunk, sizeof chunk)))
+                sw_st_want += sizeof chunk;
+        }
+    }
+    lull_pool *pool = NULL;
+    lull_pool_options po = {.threads = 1};
+    bool pooled = sw_ok(lull_pool_new(&pool, &po));
+    lull_work w;
+    lull_fs fs;
+    if (pooled) {
+        CHECK_EQ(lull_work_init(&w, sw_work, sw_work_done), 0);
+        CHECK_EQ(lull_work_submit(loop, pool, &w), 0);
+        if (!sw_ok(lull_fs_scandir(loop, pool, &fs, ".", sw_dir, sw_fs_done)))
+            sw_fs_status = 0; /* refused: cb never runs */
+    } else {
+        sw_work_status = 7;
+        sw_fs_status = 0;
+    }
+    /* Runs until what is owed came. */
+    for (int i = 0; i < 100000; i++) {
+        bool lb_done = !lb || sw_lb_got == sw_lb_want;
+        bool st_done = !(st1 && st2) || sw_st_got >= sw_st_want;
+        if (sw_timers == 3 && lb_done && st_done && sw_work_status != 1 &&
+            sw_fs_status != 1)
+            break;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+    }
+    CHECK_EQ(sw_timers, 3);
+    CHECK(!sw_lb_bad && !sw_st_bad);
+    if (lb) CHECK_EQ(sw_lb_got, sw_lb_want);
+    /* A stream whose read buffer could not grow closes (-ENOMEM): what
+     * came before is whole; otherwise all of it came. */
+    CHECK(sw_st_got <= sw_st_want);
+    CHECK_EQ(sw_work_status, 7);
+    CHECK(sw_fs_result >= 0 || sw_fs_result == -ENOMEM);
+    if (lb) {
+        lull_endpoint_close(&a.ep, 0);
+        lull_endpoint_close(&b.ep, 0);
+    }
+    if (st1) lull_endpoint_close(&s1.ep, 0);
+    if (st2) lull_endpoint_close(&s2.ep, 0);
+    for (int i = 0; i < 1000 && sw_closes < sw_closes_owed; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(sw_closes, sw_closes_owed);
+    if (pooled) CHECK_EQ(lull_pool_free(pool), 0);
+    for (int i = 0; i < 1000 && lull_loop_alive(loop); i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    arm(false);
+    bool hit = injected_total(K_MALLOC) > 0;
+    CHECK_EQ(lull_loop_free(loop), 0);
+    CHECK_EQ(open_fds(), fds);
+    return hit ? 0 : 3;
+}
+
+TEST(every_allocation_of_a_program_fails_in_turn) {
+    int heap_stops = 0;
+    uint64_t nth = 1;
+    for (;; nth++) {
+        CHECK(nth < 10000);
+        FILE *err = tmpfile();
+        CHECK(err != NULL);
+        fflush(NULL);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            dup2(fileno(err), 2);
+            int rc = sweep_child(nth);
+            fflush(NULL);
+#if SW_LEAK_CHECK
+            /* _exit runs no exit-time leak check: what a refusal lost
+             * is looked for now. */
+            if (__lsan_do_recoverable_leak_check()) _exit(4);
+#endif
+            _exit(rc);
+        }
+        int status;
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+        char said[2048] = "";
+        rewind(err);
+        said[fread(said, 1, sizeof said - 1, err)] = 0;
+        fclose(err);
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 3) break;
+        if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+        if (WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT &&
+            strstr(said, "out of memory growing the timer heap")) {
+            heap_stops++;
+            continue;
+        }
+        check_fail(
+            __FILE__, __LINE__, "allocation %llu failing: %s %d: %s",
+            (unsigned long long)nth, WIFSIGNALED(status) ? "signal" : "exit",
+            WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status), said);
+    }
+    printf("%llu allocations failed in turn (%d stopped growing the timer "
+           "heap)\n",
+           (unsigned long long)nth - 1, heap_stops);
+}
