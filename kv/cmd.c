@@ -1896,13 +1896,17 @@ static void info_memory(buf *b) {
     info_line(b, "used_memory_rss:%ld", pages * sysconf(_SC_PAGESIZE));
 }
 
-/* db0's keys, and how many of them have an expiry (as Redis shows it;
- * nothing when the keyspace is empty). */
+/* db0's keys, how many of them have an expiry and their average TTL in
+ * ms (as Redis shows it; nothing when the keyspace is empty). Redis'
+ * avg_ttl is an estimate from its sampling; this one is exact, the mean
+ * of the expiry heap's times less now (0 with none, or all due). */
 static void info_keyspace(kv *k, buf *b) {
     info_line(b, "# Keyspace");
-    if (store_count(&k->db))
-        info_line(b, "db0:keys=%zu,expires=%zu,avg_ttl=0", store_count(&k->db),
-                  k->db.nheap);
+    if (!store_count(&k->db)) return;
+    int64_t avg = 0;
+    if (k->db.nheap) avg = store_mean_expire(&k->db) - kv_now(k);
+    info_line(b, "db0:keys=%zu,expires=%zu,avg_ttl=%" PRId64,
+              store_count(&k->db), k->db.nheap, avg > 0 ? avg : 0);
 }
 
 /* Whether INFO's sections (n of them) ask for the one named. */

@@ -48,6 +48,7 @@ static void drop_value(dict *d, dict_entry *e, void *arg) {
 void store_clear(store *st) {
     dict_clear(&st->d, drop_value, NULL);
     st->nheap = 0;
+    st->expire_sum[0] = st->expire_sum[1] = 0;
 }
 
 void store_free(store *st) {
@@ -59,6 +60,26 @@ void store_free(store *st) {
 }
 
 /* ------------------------------------------------------- expiry heap */
+
+/* The sum of the heap's times, as a time joins it or leaves it (each is
+ * positive: the sum of up to 2^32 of them fits in the two words). */
+static void sum_add(store *st, int64_t t) {
+    uint64_t lo = st->expire_sum[0] + (uint64_t)t;
+    st->expire_sum[1] += lo < st->expire_sum[0];
+    st->expire_sum[0] = lo;
+}
+
+static void sum_sub(store *st, int64_t t) {
+    st->expire_sum[1] -= st->expire_sum[0] < (uint64_t)t;
+    st->expire_sum[0] -= (uint64_t)t;
+}
+
+int64_t store_mean_expire(const store *st) {
+    if (!st->nheap) return 0;
+    long double sum = (long double)st->expire_sum[1] * 18446744073709551616.0L +
+                      (long double)st->expire_sum[0];
+    return (int64_t)(sum / (long double)st->nheap);
+}
 
 static int64_t when(const store *st, size_t i) {
     return st->heap[i].expire;
@@ -96,6 +117,7 @@ static void sift_down(store *st, size_t i) {
 static void heap_remove(store *st, dict_entry *e) {
     kobj *o = store_obj(e);
     size_t i = o->heap - 1;
+    sum_sub(st, st->heap[i].expire);
     o->heap = 0;
     st->nheap--;
     if (i == st->nheap) return;
@@ -114,6 +136,8 @@ int store_set_expire(store *st, dict_entry *e, int64_t t) {
         store_timed *x = &st->heap[o->heap - 1];
         int64_t old = x->expire;
         x->expire = t;
+        sum_sub(st, old);
+        sum_add(st, t);
         if (t < old)
             sift_up(st, o->heap - 1);
         else
@@ -130,6 +154,7 @@ int store_set_expire(store *st, dict_entry *e, int64_t t) {
     }
     st->heap[st->nheap] = (store_timed){t, e};
     o->heap = (uint32_t)++st->nheap;
+    sum_add(st, t);
     sift_up(st, st->nheap - 1);
     return 0;
 }

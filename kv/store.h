@@ -53,6 +53,10 @@ typedef struct store {
     dict d;            /* the keys */
     store_timed *heap; /* the keys with an expiry, a min-heap by it */
     size_t nheap, heap_cap;
+    /* The sum of the heap's times, 128 bits (low, high word), for INFO
+     * keyspace's avg_ttl: kept as times come and go, never summed by a
+     * walk. */
+    uint64_t expire_sum[2];
     bool plant_int32;        /* test only: KV_PLANT_INT32 (repl.h) */
     bool plant_same_length;  /* test only: KV_PLANT_SAME_LENGTH */
     bool plant_blob_inplace; /* test only: KV_PLANT_BLOB_INPLACE */
@@ -113,6 +117,8 @@ static inline int64_t store_expire(const store *st, dict_entry *e) {
 /* Sets (when > 0) or clears (0) the key's expiry time. 0, or -ENOMEM
  * (the heap could not grow: nothing changed). */
 int store_set_expire(store *st, dict_entry *e, int64_t when);
+/* The mean of the keys' expiry times (ms), or 0 when none has one. */
+int64_t store_mean_expire(const store *st);
 /* The key that expires first, or NULL when none has an expiry. */
 static inline dict_entry *store_first_expiry(const store *st) {
     return st->nheap ? st->heap[0].e : NULL;

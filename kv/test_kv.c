@@ -5556,6 +5556,60 @@ TEST(config_subcommand_checked_when_queued_as_redis) {
     replies_as_redis(cases, sizeof cases / sizeof cases[0]);
 }
 
+/* A clock that reads fixed_now (ms on the Unix epoch). */
+static int64_t fixed_now;
+static int64_t fixed_clock(kv *k) {
+    (void)k;
+    return fixed_now;
+}
+
+/* INFO keyspace's avg_ttl of db0: Redis' is the average TTL in ms of the
+ * keys with an expiry (its estimate, from sampling), which monitoring
+ * reads; lull-kv said 0 whatever the keys' TTLs. Kept exactly: the mean
+ * of the heap's times less now, as times are set, moved, renamed away,
+ * removed and flushed. */
+static const char *avg_ttl_of(kv *k, buf *out, char *v, size_t n) {
+    const char *info = exec_words(k, out, "INFO keyspace");
+    const char *at = strstr(info, "avg_ttl=");
+    CHECK(at != NULL);
+    snprintf(v, n, "%.*s", (int)strcspn(at + 8, "\r"), at + 8);
+    return v;
+}
+
+TEST(info_keyspace_avg_ttl_as_redis) {
+    buf out = {0};
+    kv k;
+    char v[32];
+    kv_setup(&k, false);
+    k.clock = fixed_clock;
+    fixed_now = 1000000000000;
+    exec_words(&k, &out, "SET c 1");
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "0") ==
+          0); /* none expires */
+    exec_words(&k, &out, "SET a 1 PX 10000");
+    exec_words(&k, &out, "SET b 1 PX 30000");
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "20000") == 0);
+    fixed_now += 5000;
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "15000") == 0);
+    exec_words(&k, &out, "PEXPIRE a 1000"); /* moved: 1000 and 25000 */
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "13000") == 0);
+    exec_words(&k, &out, "RENAME b d"); /* its time goes with it */
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "13000") == 0);
+    exec_words(&k, &out, "SET e 1 PX 4000");
+    exec_words(&k, &out, "RENAME e d"); /* d's 25000 replaced by 4000 */
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "2500") == 0);
+    exec_words(&k, &out, "PERSIST d");
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "1000") == 0);
+    exec_words(&k, &out, "DEL a");
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "0") == 0);
+    exec_words(&k, &out, "SET f 1 PX 700");
+    exec_words(&k, &out, "FLUSHALL");
+    exec_words(&k, &out, "SET g 1 PX 300");
+    CHECK(strcmp(avg_ttl_of(&k, &out, v, sizeof v), "300") == 0);
+    buf_free(&out);
+    kv_free(&k);
+}
+
 TEST(info_several_sections_as_redis) {
     /* Redis 7 takes any number of sections (redis-py's info("clients",
      * "keyspace") sends two) and answers each one asked for once, in its
@@ -5594,13 +5648,6 @@ static const char *info_order(const char *info) {
                 order[n++] = "SCMTRK"[i];
     order[n] = 0;
     return order;
-}
-
-/* A clock that reads fixed_now (ms on the Unix epoch). */
-static int64_t fixed_now;
-static int64_t fixed_clock(kv *k) {
-    (void)k;
-    return fixed_now;
 }
 
 TEST(info_server_section_as_redis) {
