@@ -5680,8 +5680,8 @@ TEST(info_server_section_as_redis) {
     CHECK(strcmp(info_field(info, "uptime_in_days", v, sizeof v), "3") == 0);
     const char *const all[] = {"INFO", "INFO all", "INFO everything",
                                "INFO default",
-                               "info SERVER clients memory "
-                               "stats replication keyspace"};
+                               ("info SERVER clients memory "
+                                "stats replication keyspace")};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         CHECK(strcmp(info_order(exec_words(&k, &out, all[i])), "SCMTRK") == 0);
     CHECK(strcmp(info_order(exec_words(&k, &out, "INFO keyspace Server")),
