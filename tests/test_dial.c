@@ -8,6 +8,7 @@
  * one callback, in a later turn; cancel while resolving and connecting;
  * names from /etc/hosts resolve on the pool; hostile arguments. */
 #include "check.h"
+#include "stdio_gone.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -1563,33 +1564,18 @@ TEST(dial_socket_never_takes_closed_stdio) {
     add(&l, AF_INET, port);
     lull_dial d = {0};
     lull_stream s;
-    fflush(stdout);
-    fflush(stderr);
-    int saved[3];
-    for (int i = 0; i < 3; i++) {
-        saved[i] = dup(i);
-        CHECK(saved[i] > 2);
-    }
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_gone gone;
+    stdio_close(&gone);
     int started =
         lull_dial_start_addrs(loop, &d, &s, l.ai, NULL, on_dial_keep_fd);
     for (int i = 0; i < 100 && started == 0 && !dial_calls; i++)
         if (lull_loop_settle(loop) < 0) break;
-    bool stdio_closed[3];
-    for (int i = 0; i < 3; i++)
-        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
-    /* Back before any check can print. */
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(started, 0);
     CHECK_EQ(dial_calls, 1);
     CHECK_EQ(dial_status, 0);
     CHECK(dialed_fd > 2);
-    for (int i = 0; i < 3; i++)
-        CHECK(stdio_closed[i]);
+    CHECK_STDIO_STAYED_CLOSED(&gone);
     CHECK_EQ(accepted(lfd), 1);
     CHECK(lull_loop_settle(loop) >= 0);
     close(lfd);

@@ -6,6 +6,7 @@
  * disk (re-read and compared) and its sticky errors; getaddrinfo. Files
  * live in a fresh temporary directory per case. */
 #include "check.h"
+#include "stdio_gone.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -2601,15 +2602,8 @@ TEST_THREADED(fs_scandir_never_takes_closed_stdio) {
     fs_setup();
     CHECK_EQ(mkdir(in_dir("d"), 0700), 0);
     make_entries(in_dir("d"), 2 * LULL_FS_DIR_BATCH + 1);
-    fflush(stdout);
-    fflush(stderr);
-    int saved[3];
-    for (int i = 0; i < 3; i++) {
-        saved[i] = dup(i);
-        CHECK(saved[i] > 2);
-    }
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_gone gone;
+    stdio_close(&gone);
     stdio_open_at_batch = false;
     on_batch_hook = note_stdio;
     batches = entries = max_batch = bad_batches = 0;
@@ -2618,11 +2612,7 @@ TEST_THREADED(fs_scandir_never_takes_closed_stdio) {
     int rc = lull_fs_scandir(L, P, &R, in_dir("d"), on_batch, on_fs);
     int ran = rc == 0 ? lull_loop_run(L, LULL_RUN_DEFAULT) : rc;
     on_batch_hook = NULL;
-    /* Back before any check can print. */
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(rc, 0);
     CHECK_EQ(ran, 0);
     CHECK_EQ(ncalls, 1);

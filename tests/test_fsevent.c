@@ -8,6 +8,7 @@
  * and the kernel's queue overflow (read wrapped) reach the caller; stops
  * inside callbacks; hostile arguments. */
 #include "check.h"
+#include "stdio_gone.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -226,30 +227,18 @@ TEST(burst_of_writes_is_one_modified) {
 TEST(inotify_fd_never_takes_a_closed_stdin) {
     make_root();
     lull_loop *loop = new_loop();
-    fflush(stdout);
-    fflush(stderr);
-    int saved[3];
-    for (int i = 0; i < 3; i++)
-        saved[i] = dup(i);
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_gone gone;
+    stdio_close(&gone);
     lull_fsevent w;
     seen s;
     memset(&s, 0, sizeof s);
     w.data = &s;
     int init = lull_fsevent_init(loop, &w);
     int started = init == 0 ? lull_fsevent_start(&w, root, on_event) : -1;
-    bool closed[3];
-    for (int i = 0; i < 3; i++)
-        closed[i] = fcntl(i, F_GETFD) < 0;
-    for (int i = 0; i < 3; i++) { /* back before any check can print */
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(init, 0);
     CHECK_EQ(started, 0);
-    for (int i = 0; i < 3; i++)
-        CHECK(closed[i]);
+    CHECK_STDIO_STAYED_CLOSED(&gone);
     touch(at("f"));
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK(s.calls >= 1);

@@ -4,6 +4,7 @@
  * (/bin/sh, cat, sleep, seq) and the real clock; every wait is bounded by
  * a guard timer that fails the case. */
 #include "check.h"
+#include "stdio_gone.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -3294,15 +3295,8 @@ static void count_signal(lull_signal *sig, int signum) {
  * a closed fd must stay closed (parent_fds_0_to_2_closed_stay_closed).
  * The fds lull keeps for itself stay above 2; the signal still arrives. */
 TEST(loop_and_signal_fds_never_take_closed_stdio) {
-    fflush(stdout);
-    fflush(stderr);
-    int saved[3];
-    for (int i = 0; i < 3; i++) {
-        saved[i] = dup(i);
-        CHECK(saved[i] > 2);
-    }
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_gone gone;
+    stdio_close(&gone);
     lull_loop *loop = NULL;
     int made = lull_loop_new(&loop, NULL);
     int got = 0, started = -1;
@@ -3312,23 +3306,12 @@ TEST(loop_and_signal_fds_never_take_closed_stdio) {
         sig.data = &got;
         started = lull_signal_start(&sig, SIGUSR1);
     }
-    bool parent_closed[3];
-    for (int i = 0; i < 3; i++)
-        parent_closed[i] = fcntl(i, F_GETFD) < 0;
-    /* Back before any check can print. */
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(made, 0);
     CHECK_EQ(started, 0);
-    for (int i = 0; i < 3; i++)
-        CHECK(parent_closed[i]);
+    CHECK_STDIO_STAYED_CLOSED(&gone);
     /* A child spawned with 0-2 closed gets them closed. */
-    for (int i = 0; i < 3; i++)
-        saved[i] = dup(i);
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_close(&gone);
     kid k = {0};
     sink seen = {0};
     lull_stdio report = {.kind = LULL_STDIO_PIPE, .stream = &seen.s};
@@ -3338,10 +3321,7 @@ TEST(loop_and_signal_fds_never_take_closed_stdio) {
         .more_stdio = &report,
         .more_stdio_count = 1};
     int rc = spawn(loop, &k, &o);
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(rc, 0);
     sink_watch(&seen);
     run_until(loop, &k.exits, 1);

@@ -15,6 +15,7 @@
  * slice, two producers alternate, one waiting for drain does not hold the
  * slice (orders asserted, on the virtual clock where time matters). */
 #include "check.h"
+#include "stdio_gone.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -5509,15 +5510,8 @@ static void no_connection_expected(lull_server *srv) {
 
 TEST(sockets_never_take_closed_stdio) {
     lull_loop *loop = new_loop(LULL_CLOCK_MONOTONIC, 0);
-    fflush(stdout);
-    fflush(stderr);
-    int saved[3];
-    for (int i = 0; i < 3; i++) {
-        saved[i] = dup(i);
-        CHECK(saved[i] > 2);
-    }
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_gone gone;
+    stdio_close(&gone);
     acceptor acc = {0};
     lull_stream server_end, client;
     acc.into = &server_end;
@@ -5543,14 +5537,7 @@ TEST(sockets_never_take_closed_stdio) {
         connected == 0 ? lull_stream_fd(&client) : -1,
         acc.accepted ? lull_stream_fd(&server_end) : -1,
     };
-    bool stdio_closed[3];
-    for (int i = 0; i < 3; i++)
-        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
-    /* Back before any check can print. */
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(listened, 0);
     CHECK_EQ(listened_unix, 0);
     CHECK_EQ(connected, 0);
@@ -5560,8 +5547,7 @@ TEST(sockets_never_take_closed_stdio) {
     for (int i = 0; i < 4; i++)
         if (fds[i] <= 2)
             check_fail(__FILE__, __LINE__, "socket %d took fd %d", i, fds[i]);
-    for (int i = 0; i < 3; i++)
-        CHECK(stdio_closed[i]);
+    CHECK_STDIO_STAYED_CLOSED(&gone);
     CHECK_EQ(lull_endpoint_close(&client.ep, 0), 0);
     CHECK_EQ(lull_endpoint_close(&server_end.ep, 0), 0);
     lull_server_close(&acc.srv);

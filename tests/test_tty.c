@@ -5,6 +5,7 @@
  * with no name, a terminal that hangs up, and bad arguments. Every wait is
  * bounded by a guard timer. */
 #include "check.h"
+#include "stdio_gone.h"
 
 #include "polls.h"
 #include <dirent.h>
@@ -1362,33 +1363,18 @@ static void tty_fds_above_stdio(bool master) {
     lull_loop *loop = new_loop();
     pty p = pty_open();
     int fd = master ? p.master : p.slave;
-    fflush(stdout);
-    fflush(stderr);
-    int saved[3];
-    for (int i = 0; i < 3; i++) {
-        saved[i] = dup(i);
-        CHECK(saved[i] > 2);
-    }
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_gone gone;
+    stdio_close(&gone);
     term k;
     memset(&k, 0, sizeof k);
     int rc = lull_tty_init(loop, &k.t, fd, NULL);
     int ctl = k.t.ctl, sfd = rc == 0 ? lull_stream_fd(&k.t.stream) : -1;
-    bool stdio_closed[3];
-    for (int i = 0; i < 3; i++)
-        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
-    /* Back before any check can print. */
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(rc, 0);
     lull_endpoint_set_callbacks(&k.t.stream.ep, term_frame, NULL, term_close);
     CHECK(ctl > 2);
     CHECK(sfd > 2);
-    for (int i = 0; i < 3; i++)
-        CHECK(stdio_closed[i]);
+    CHECK_STDIO_STAYED_CLOSED(&gone);
     term_close_and_wait(loop, &k);
     finish(loop, &p);
 }

@@ -10,6 +10,7 @@
  * rather than spinning; close and recv_stop inside every
  * callback; hostile arguments. */
 #include "check.h"
+#include "stdio_gone.h"
 
 #include "polls.h"
 #include <arpa/inet.h>
@@ -2499,30 +2500,15 @@ TEST(udp_socket_never_takes_closed_stdio) {
     lull_loop *loop = new_loop();
     lull_udp u;
     CHECK_EQ(lull_udp_init(loop, &u, NULL), 0);
-    fflush(stdout);
-    fflush(stderr);
-    int saved[3];
-    for (int i = 0; i < 3; i++) {
-        saved[i] = dup(i);
-        CHECK(saved[i] > 2);
-    }
-    for (int i = 0; i < 3; i++)
-        close(i);
+    stdio_gone gone;
+    stdio_close(&gone);
     int bound = lull_udp_bind(&u, NULL, 0, 0);
     int fd = u.io.fd;
-    bool stdio_closed[3];
-    for (int i = 0; i < 3; i++)
-        stdio_closed[i] = fcntl(i, F_GETFD) < 0;
-    /* Back before any check can print. */
-    for (int i = 0; i < 3; i++) {
-        CHECK_EQ(dup2(saved[i], i), i);
-        close(saved[i]);
-    }
+    stdio_back(&gone);
     CHECK_EQ(bound, 0);
     CHECK(fd > 2);
     CHECK(lull_udp_local_port(&u) > 0);
-    for (int i = 0; i < 3; i++)
-        CHECK(stdio_closed[i]);
+    CHECK_STDIO_STAYED_CLOSED(&gone);
     CHECK_EQ(lull_udp_close(&u, NULL), 0);
     CHECK(lull_loop_settle(loop) >= 0);
     CHECK_EQ(lull_loop_free(loop), 0);
