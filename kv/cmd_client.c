@@ -390,6 +390,16 @@ static void cmd_publish(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_int(out, ':', w.n);
 }
 
+/* A HELP reply as Redis writes one: a status line per line of text. */
+static void reply_help(buf *out, const char *const *lines, size_t n) {
+    buf_int(out, '*', (long long)n);
+    for (size_t i = 0; i < n; i++) {
+        buf_str(out, "+");
+        buf_str(out, lines[i]);
+        buf_str(out, "\r\n");
+    }
+}
+
 /* ---------------------------------------------------------------- PUBSUB */
 
 typedef struct channels_walk {
@@ -475,12 +485,7 @@ static void cmd_pubsub_help(kv *k, kv_client *cl, const resp_arg *a,
         "HELP",
         "    Prints this help.",
     };
-    buf_int(out, '*', (long long)(sizeof help / sizeof *help));
-    for (size_t i = 0; i < sizeof help / sizeof *help; i++) {
-        buf_str(out, "+");
-        buf_str(out, help[i]);
-        buf_str(out, "\r\n");
-    }
+    reply_help(out, help, sizeof help / sizeof *help);
 }
 
 /* ------------------------------------------------------------- SELECT */
@@ -825,12 +830,7 @@ static void cmd_client_help(kv *k, kv_client *cl, const resp_arg *a,
         "HELP",
         "    Prints this help.",
     };
-    buf_int(out, '*', (long long)(sizeof help / sizeof help[0]));
-    for (size_t i = 0; i < sizeof help / sizeof help[0]; i++) {
-        buf_str(out, "+");
-        buf_str(out, help[i]);
-        buf_str(out, "\r\n");
-    }
+    reply_help(out, help, sizeof help / sizeof *help);
 }
 
 /* AUTH: a command like any other as far as kv_exec's checks go (so inside
