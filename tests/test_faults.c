@@ -2151,7 +2151,7 @@ static int sweep_child(uint64_t nth) {
     lull_pool_options po = {.threads = 1};
     bool pooled = sw_ok(lull_pool_new(&pool, &po));
     lull_work w;
-    lull_fs fs;
+    lull_fs fs = {0};
     if (pooled) {
         CHECK_EQ(lull_work_init(&w, sw_work, sw_work_done), 0);
         CHECK_EQ(lull_work_submit(loop, pool, &w), 0);
