@@ -857,8 +857,31 @@ static void cmd_sadd(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     buf_int(out, ':', added);
 }
 
+/* SPOP's SREM records of took[0..n), SPOP_BATCH members each: logged, or
+ * with `need` their bytes and count added to *need and *nrec. */
+static void spop_records(kv *k, const resp_arg *key, dict_entry *const *took,
+                         size_t n, const dict *d, resp_arg *rec, bool need,
+                         size_t *len, size_t *nrec) {
+    rec[0] = (resp_arg){"SREM", 4};
+    rec[1] = *key;
+    for (size_t i = 0; i < n; i += SPOP_BATCH) {
+        size_t m = n - i < SPOP_BATCH ? n - i : SPOP_BATCH;
+        for (size_t j = 0; j < m; j++)
+            rec[j + 2] =
+                (resp_arg){dict_key(d, took[i + j]), took[i + j]->klen};
+        if (need) {
+            *len += repl_record_len(rec, m + 2);
+            ++*nrec;
+        } else {
+            kv_log(k, rec, m + 2);
+        }
+    }
+}
+
 /* SPOP key [count]: logged as the SREM of the members it took, so a
- * replica takes the same ones. */
+ * replica takes the same ones. The members are picked first and their
+ * records' room asked of the log before any is taken: a pop whose SREMs
+ * then found no memory would stop lull-kv with the members gone. */
 static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                      buf *out) {
     (void)cl;
@@ -876,61 +899,49 @@ static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     }
     kv_set *s = store_obj(e)->val;
     size_t n = (size_t)count < s->d.count ? (size_t)count : s->d.count;
-    size_t batch = n < SPOP_BATCH ? n : SPOP_BATCH;
-    /* A record's arguments, and where each popped member's bytes sit in
-     * `names` (which may move while it grows). */
-    resp_arg *rec = malloc((batch + 2) * sizeof *rec);
-    size_t *offs = malloc((n + 1) * sizeof *offs);
-    buf names = {0};
-    if (!rec || !offs) {
-        free(rec);
-        free(offs);
+    resp_arg *rec =
+        malloc(((n < SPOP_BATCH ? n : SPOP_BATCH) + 2) * sizeof *rec);
+    if (!rec) {
         reply_oom(out);
         return;
     }
-    if (argc == 3) buf_int(out, '*', (long long)n);
-    for (size_t i = 0; i < n; i++) {
-        dict_entry *m = set_random(s);
-        const char *name = dict_key(&s->d, m);
-        buf_bulk(out, name, m->klen);
-        offs[i] = names.len;
-        buf_put(&names, name, m->klen);
-        set_delete(s, m);
+    set_pick(s, n);
+    dict_entry *const *took = s->arr + s->d.count - n;
+    /* Records of SPOP_BATCH members at most, so that none has more
+     * arguments than a replica parses (MAX_ARGS); several sit in one
+     * transaction (unless in one already), which a replica applies as a
+     * unit. */
+    static const resp_arg multi = {"MULTI", 5}, exec = {"EXEC", 4};
+    bool wrap = n > SPOP_BATCH && !k->in_exec;
+    size_t len = 0, nrec = 0;
+    if (wrap) {
+        len = repl_record_len(&multi, 1) + repl_record_len(&exec, 1);
+        nrec = 2;
     }
-    if (names.oom) kv_oom("SPOP's record");
-    /* Logged as SREMs of SPOP_BATCH members at most, so that no record
-     * has more arguments than a replica parses (MAX_ARGS); several of
-     * them sit in one transaction (unless in one already), which a
-     * replica applies as a unit. */
-    bool wrap = n > batch && !k->in_exec;
+    spop_records(k, &a[1], took, n, &s->d, rec, true, &len, &nrec);
+    if (!kv_log_room(k, len, nrec, out)) {
+        free(rec);
+        return;
+    }
     if (wrap) {
         k->in_exec = true;
         k->multi_logged = false;
     }
-    rec[0] = (resp_arg){"SREM", 4};
-    rec[1] = a[1];
-    for (size_t i = 0; i < n; i += batch) {
-        size_t m = n - i < batch ? n - i : batch;
-        /* names.p is NULL when every member taken was "" (nothing was
-         * put): the record's arguments then point at a literal, never at
-         * NULL (the log copies them with memcpy, which must not be given
-         * NULL). */
-        for (size_t j = 0; j < m; j++) {
-            size_t end = i + j + 1 < n ? offs[i + j + 1] : names.len;
-            rec[j + 2].p = names.p ? names.p + offs[i + j] : "";
-            rec[j + 2].len = end - offs[i + j];
-        }
-        kv_log(k, rec, m + 2);
-    }
+    spop_records(k, &a[1], took, n, &s->d, rec, false, NULL, NULL);
+    free(rec);
     if (wrap) {
-        static const resp_arg exec = {"EXEC", 4};
         k->in_exec = false;
         if (k->multi_logged) kv_log(k, &exec, 1);
         k->multi_logged = false;
     }
-    free(offs);
-    free(rec);
-    buf_free(&names);
+    if (argc == 3) buf_int(out, '*', (long long)n);
+    /* Taken from the end of arr, where set_pick put them: none moves (a
+     * delete may shrink arr, so each is read afresh). */
+    for (size_t i = 0; i < n; i++) {
+        dict_entry *m = s->arr[s->d.count - 1];
+        buf_bulk(out, dict_key(&s->d, m), m->klen);
+        set_delete(s, m);
+    }
     drop_if_empty(k, e, s->d.count);
 }
 

@@ -229,6 +229,18 @@ dict_entry *set_random(kv_set *s) {
     return s->arr[rnd() % s->d.count];
 }
 
+void set_pick(kv_set *s, size_t n) {
+    size_t count = s->d.count;
+    for (size_t i = count; i > count - n; i--) {
+        size_t j = rnd() % i; /* among arr[0 .. i - 1], not yet picked */
+        dict_entry *t = s->arr[j];
+        s->arr[j] = s->arr[i - 1];
+        s->arr[i - 1] = t;
+        *set_index(s->arr[j]) = j;
+        *set_index(t) = i - 1;
+    }
+}
+
 uint64_t types_random(uint64_t n) {
     return rnd() % n;
 }

@@ -100,6 +100,10 @@ void types_seed(uint64_t seed);
 uint64_t types_random(uint64_t n);
 /* A member picked at random (the set must not be empty). */
 dict_entry *set_random(kv_set *s);
+/* Moves n members picked at random (n <= the count) to the end of arr,
+ * arr[count - n .. count - 1], leaving the set as it was: SPOP sees what
+ * it will take, and what its record needs, before it takes anything. */
+void set_pick(kv_set *s, size_t n);
 void set_delete(kv_set *s, dict_entry *e);
 
 /* ------------------------------------------------------------ hashes */
