@@ -139,7 +139,10 @@ size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec) {
 
 bool kv_log_room(kv *k, size_t len, size_t nrec, buf *out) {
     if (k->replica || k->log.idle) return true; /* nothing is kept */
-    if (repl_log_room(&k->log, len, nrec) == 0) return true;
+    if (repl_log_room(&k->log, len, nrec) == 0) {
+        k->room_reserved = true;
+        return true;
+    }
     reply_oom(out);
     return false;
 }
@@ -156,8 +159,9 @@ static inline bool write_room(kv *k, const kv_cmd *c, const resp_arg *a,
 /* A primary deletes a key whose time has come and logs the DEL that
  * repeats it on its replicas. With `may_wait`, a DEL the log has no
  * memory for leaves the key in place (false): deleted unlogged, it would
- * stay on every replica. Without it (a command's lookup, which must not
- * find the key again), the log is asked as for any record. */
+ * stay on every replica. Without it (a write's lookup, which reserved
+ * the room and must not find the key again), the log is asked as for any
+ * record. */
 static bool expire_key(kv *k, dict_entry *e, bool may_wait) {
     resp_arg del[2] = {{"DEL", 3}, {dict_key(&k->db.d, e), e->klen}};
     if (may_wait && !k->replica &&
@@ -173,7 +177,9 @@ dict_entry *kv_lookup(kv *k, const resp_arg *key) {
     dict_entry *e = store_find(&k->db, key->p, key->len);
     if (!e || !store_obj(e)->heap || k->applying) return e;
     if (!store_expired(store_expire(&k->db, e), kv_now(k))) return e;
-    if (!k->replica) expire_key(k, e, false);
+    /* A write reserved room for the DEL, and must not find the key again;
+     * a read may leave it (expire_key). */
+    if (!k->replica) expire_key(k, e, !k->room_reserved);
     return NULL;
 }
 
@@ -1657,6 +1663,7 @@ static inline bool runs_at_once(const kv *k, const kv_client *cl,
 
 int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
     k->cmd_now = 0;
+    k->room_reserved = false;
     const kv_cmd *c = find_command(&a[0]);
     if (!runs_at_once(k, cl, c, argc))
         return exec_checked(k, cl, a, argc, out, c);

@@ -146,6 +146,10 @@ struct kv {
     /* kv_expire_due left a due key in place, its DEL finding no memory in
      * the log: the owner's timer tries again later, not at once. */
     bool expire_waits;
+    /* The command running asked the log for room (kv_log_room): a DEL its
+     * lookups log fits. Without it (a read) an expired key whose DEL finds
+     * no memory is left for the timer. */
+    bool room_reserved;
     /* Running a record of the primary's (a replica): every key is seen as
      * it is (expiry is the primary's to decide), and writes are allowed. */
     bool applying;
