@@ -47,6 +47,7 @@ void kv_init(kv *k) {
     k->peers.next = k->peers.prev = &k->peers;
     dict_init(&k->channels, sizeof(kv_chan));
     dict_init(&k->patterns, sizeof(kv_chan));
+    dict_init(&k->watched, sizeof(kv_watch *));
 }
 
 /* The clients are reset first (kv_client_reset): no subscription is
@@ -57,6 +58,7 @@ void kv_free(kv *k) {
     repl_log_free(&k->log);
     dict_free(&k->channels);
     dict_free(&k->patterns);
+    dict_free(&k->watched);
 }
 
 void kv_oom(const char *what) {
@@ -111,6 +113,9 @@ static bool held_keep(kv *k, const resp_arg *a, size_t argc) {
 }
 
 void kv_log(kv *k, const resp_arg *a, size_t argc) {
+    /* Every write that changed something is logged, on a replica too (which
+     * keeps none): what its record names is what WATCH looks for. */
+    if (k->watched.count) kv_watch_touch_record(k, a, argc);
     if (k->replica) return;
     if (k->plant & KV_PLANT_ACK_BEFORE_LOG) {
         if (held_keep(k, a, argc)) return;
@@ -809,6 +814,7 @@ static void cmd_flushall(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     if (store_first_expiry(&k->db)) k->expiry_changed = true;
+    kv_watch_touch_present(k);
     store_clear(&k->db);
     static const resp_arg flushall = {"FLUSHALL", 8};
     if (!(k->plant & KV_PLANT_FLUSH_UNLOGGED)) kv_log(k, &flushall, 1);
@@ -1586,7 +1592,7 @@ void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
  * rejectCommand answers -EXECABORT with the reason and discards the
  * transaction, whether or not the client is in MULTI (execCommandAbort).
  * out[at, len) is the refusal, "-ERR <reason>\r\n". */
-static void exec_abort(kv_client *cl, buf *out, size_t at) {
+static void exec_abort(kv *k, kv_client *cl, buf *out, size_t at) {
     static const char prefix[] = "-ERR ";
     size_t n = out->len - at, skip = sizeof prefix - 1;
     if (n < skip || memcmp(out->p + at, prefix, skip) != 0) skip = 1;
@@ -1597,7 +1603,7 @@ static void exec_abort(kv_client *cl, buf *out, size_t at) {
     buf_put(out, why.p, why.len);
     if (why.oom) out->oom = true;
     buf_free(&why);
-    if (cl) kv_discard(cl);
+    if (cl) kv_discard(k, cl);
 }
 
 /* kv_exec for a command runs_at_once did not pass: found is what the
@@ -1640,7 +1646,7 @@ static __attribute__((noinline)) int exec_checked(kv *k, kv_client *cl,
         if (write_room(k, c, a, argc, out)) c->fn(k, cl, a, argc, out);
         return c->fn == cmd_quit ? KV_QUIT : 0;
     }
-    if (c && strcmp(c->name, "exec") == 0) exec_abort(cl, out, at);
+    if (c && strcmp(c->name, "exec") == 0) exec_abort(k, cl, out, at);
     /* (KV_PLANT_EXEC_ARITY, repl.h: only an unknown command spoils it) */
     bool spoils = !c || !(k->plant & KV_PLANT_EXEC_ARITY);
     if (cl && cl->multi && spoils) cl->multi_error = true;

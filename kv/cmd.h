@@ -22,6 +22,7 @@
 typedef struct kv kv;
 typedef struct kv_queued kv_queued;
 typedef struct kv_sub kv_sub;
+typedef struct kv_watch kv_watch;
 
 /* A client's own state, kept by its connection (kv_client_init, and
  * kv_client_reset before it goes). */
@@ -51,6 +52,10 @@ typedef struct kv_client {
      * ("client|list"; NULL: none yet, or it was unknown), set by kv_exec. */
     const char *cmd;
     size_t queue_bytes; /* CLIENT LIST's multi-mem: the queue's memory */
+    /* WATCH: the keys watched (kv.watched), and whether one of them was
+     * written since, which fails the next EXEC. */
+    kv_watch *watches;
+    bool watch_dirty;
 } kv_client;
 
 /* CLIENT LIST's and KILL's types of client, as Redis names them. */
@@ -95,6 +100,9 @@ void kv_client_init(kv_client *cl, void *owner, buf *out);
 /* The client goes (or stops listening): its subscriptions, queued
  * commands and name are dropped. Idempotent. */
 void kv_client_reset(kv *k, kv_client *cl);
+/* Every watched key may have changed (a replica's new history): each
+ * watching client's EXEC fails. */
+void kv_watch_touch_all(kv *k);
 static inline bool kv_client_subscribed(const kv_client *cl) {
     return cl->subs[0].count + cl->subs[1].count > 0;
 }
@@ -157,6 +165,8 @@ struct kv {
      * the run, so a replica applies the transaction as a unit. */
     bool in_exec;
     bool multi_logged;
+    /* WATCH: key -> its first watcher (kv_watch *), only keys watched. */
+    dict watched;
     /* Pub/sub: channel or pattern -> its subscribers (kv_chan). */
     dict channels;
     dict patterns;

@@ -41,6 +41,18 @@ struct kv_sub {
     bool pattern;
 };
 
+/* A client's WATCH of one key: on the key's watchers (its entry in
+ * kv.watched, whose data is the first) and on the client's watches. */
+struct kv_watch {
+    kv_watch *knext, *kprev;
+    kv_watch *cnext;
+    kv_client *cl;
+    dict_entry *key;
+    /* The key was there and not expired at WATCH: its expiry since fails
+     * EXEC; an expired key's DEL then changes nothing (as Redis 7). */
+    bool was_live;
+};
+
 static kv_chan *chan_of(dict_entry *e) {
     return (kv_chan *)dict_data(e);
 }
@@ -96,6 +108,7 @@ static void unsubscribe(kv *k, kv_client *cl, kv_sub *s) {
 
 void kv_client_reset(kv *k, kv_client *cl) {
     queue_free(cl);
+    kv_unwatch(k, cl);
     free(cl->name);
     cl->name = NULL;
     for (int kind = 0; kind < 2; kind++) {
@@ -107,8 +120,162 @@ void kv_client_reset(kv *k, kv_client *cl) {
 
 /* --------------------------------------------------------- transactions */
 
-void kv_discard(kv_client *cl) {
+void kv_discard(kv *k, kv_client *cl) {
     queue_free(cl);
+    kv_unwatch(k, cl);
+}
+
+/* ---------------------------------------------------------------- WATCH */
+
+static kv_watch **first_watch(dict_entry *key) {
+    return (kv_watch **)dict_data(key);
+}
+
+/* The key is there and not expired: what a read finds (kv_lookup). */
+static bool key_live(kv *k, const char *p, size_t len) {
+    dict_entry *e = store_find(&k->db, p, len);
+    return e && (!store_obj(e)->heap ||
+                 !store_expired(store_expire(&k->db, e), kv_now(k)));
+}
+
+void kv_unwatch(kv *k, kv_client *cl) {
+    while (cl->watches) {
+        kv_watch *w = cl->watches;
+        cl->watches = w->cnext;
+        if (w->kprev)
+            w->kprev->knext = w->knext;
+        else
+            *first_watch(w->key) = w->knext;
+        if (w->knext) w->knext->kprev = w->kprev;
+        if (!*first_watch(w->key)) dict_delete(&k->watched, w->key);
+        free(w);
+    }
+    cl->watch_dirty = false;
+}
+
+/* False when out of memory. */
+static bool watch(kv *k, kv_client *cl, const resp_arg *key) {
+    dict_entry *e = dict_find(&k->watched, key->p, key->len);
+    for (kv_watch *w = e ? *first_watch(e) : NULL; w; w = w->knext)
+        if (w->cl == cl) return true; /* watched already */
+    kv_watch *w = malloc(sizeof *w);
+    if (!w) return false;
+    if (!e) {
+        e = dict_add(&k->watched, key->p, key->len);
+        if (!e) {
+            free(w);
+            return false;
+        }
+        *first_watch(e) = NULL;
+    }
+    *w = (kv_watch){.knext = *first_watch(e),
+                    .cnext = cl->watches,
+                    .cl = cl,
+                    .key = e,
+                    .was_live = key_live(k, key->p, key->len)};
+    if (w->knext) w->knext->kprev = w;
+    *first_watch(e) = w;
+    cl->watches = w;
+    return true;
+}
+
+/* The key was written: each watcher's next EXEC fails. A DEL of a key
+ * that was already expired at WATCH changes nothing it saw. */
+static void touch(kv *k, const char *p, size_t len, bool del) {
+    dict_entry *e = dict_find(&k->watched, p, len);
+    for (kv_watch *w = e ? *first_watch(e) : NULL; w; w = w->knext)
+        if (!del || w->was_live) w->cl->watch_dirty = true;
+}
+
+void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc) {
+    if (argc < 2 || resp_is(&a[0], "PUBLISH")) return;
+    /* Where a record's keys are: one at a[1] but for these. */
+    size_t last = 1, step = 1;
+    bool del = resp_is(&a[0], "DEL") || resp_is(&a[0], "UNLINK");
+    if (del) {
+        last = argc - 1;
+    } else if (resp_is(&a[0], "MSET") || resp_is(&a[0], "MSETNX")) {
+        last = argc - 1;
+        step = 2;
+    } else if (argc > 2 &&
+               (resp_is(&a[0], "RENAME") || resp_is(&a[0], "RENAMENX") ||
+                resp_is(&a[0], "SMOVE") || resp_is(&a[0], "LMOVE") ||
+                resp_is(&a[0], "RPOPLPUSH"))) {
+        last = 2;
+    }
+    for (size_t i = 1; i <= last; i += step)
+        touch(k, a[i].p, a[i].len, del);
+}
+
+typedef struct touch_walk {
+    kv *k;
+    bool present_only;
+} touch_walk;
+
+static void touch_entry(const dict *d, dict_entry *e, void *arg) {
+    touch_walk *t = arg;
+    const char *p = dict_key(d, e);
+    if (!t->present_only || store_find(&t->k->db, p, e->klen))
+        for (kv_watch *w = *first_watch(e); w; w = w->knext)
+            if (!t->present_only || w->was_live || key_live(t->k, p, e->klen))
+                w->cl->watch_dirty = true;
+}
+
+/* A flush deletes every key there: as the DEL of each (touch). */
+void kv_watch_touch_present(kv *k) {
+    touch_walk t = {k, true};
+    uint64_t cursor = 0;
+    do
+        cursor = dict_scan(&k->watched, cursor, 64, touch_entry, &t);
+    while (cursor);
+}
+
+void kv_watch_touch_all(kv *k) {
+    touch_walk t = {k, false};
+    uint64_t cursor = 0;
+    do
+        cursor = dict_scan(&k->watched, cursor, 64, touch_entry, &t);
+    while (cursor);
+}
+
+/* WATCH key [key ...]: EXEC fails (a null reply) if any is written
+ * before it. Not inside MULTI, where it is refused without spoiling the
+ * transaction (redis-server 7). */
+static void cmd_watch(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                      buf *out) {
+    if (!cl) {
+        buf_str(out, "-ERR WATCH needs a client\r\n");
+        return;
+    }
+    if (cl->multi) {
+        buf_str(out, "-ERR WATCH inside MULTI is not allowed\r\n");
+        return;
+    }
+    for (size_t i = 1; i < argc; i++) {
+        if (!watch(k, cl, &a[i])) {
+            reply_oom(out);
+            return;
+        }
+    }
+    reply_ok(out);
+}
+
+static void cmd_unwatch(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
+                        buf *out) {
+    (void)a;
+    (void)argc;
+    if (cl) kv_unwatch(k, cl);
+    reply_ok(out);
+}
+
+/* EXEC's test: a watched key was written, or was there and expired. */
+static bool watch_failed(kv *k, const kv_client *cl) {
+    if (cl->watch_dirty) return true;
+    for (const kv_watch *w = cl->watches; w; w = w->cnext)
+        if (w->was_live &&
+            !key_live(k, dict_key(&k->watched, w->key), w->key->klen))
+            return true;
+    return false;
 }
 
 /* Queues a copy of the command (one allocation: the argument table, then
@@ -154,14 +321,13 @@ static void cmd_multi(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
 
 static void cmd_discard(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
                         buf *out) {
-    (void)k;
     (void)a;
     (void)argc;
     if (!cl || !cl->multi) {
         buf_str(out, "-ERR DISCARD without MULTI\r\n");
         return;
     }
-    queue_free(cl);
+    kv_discard(k, cl);
     reply_ok(out);
 }
 
@@ -174,9 +340,14 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         return;
     }
     if (cl->multi_error) {
-        queue_free(cl);
+        kv_discard(k, cl);
         buf_str(out, "-EXECABORT Transaction discarded because of previous "
                      "errors.\r\n");
+        return;
+    }
+    if (watch_failed(k, cl)) {
+        kv_discard(k, cl);
+        buf_str(out, "*-1\r\n");
         return;
     }
     /* Room for every record the transaction may log, or none of it runs
@@ -190,9 +361,10 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         nrec += r;
     }
     if (len && !kv_log_room(k, len + 32, nrec, out)) {
-        queue_free(cl);
+        kv_discard(k, cl);
         return;
     }
+    kv_unwatch(k, cl); /* its own writes below fail no EXEC of its */
     kv_queued *q = cl->queue;
     cl->queue = NULL;
     size_t n = cl->queued;
@@ -655,6 +827,7 @@ void kv_client_line(const kv_client *cl, const kv_conn_info *ci, buf *out) {
     if (ci->flags & KV_CF_MASTER) *f++ = 'M';
     if (cl && kv_client_subscribed(cl)) *f++ = 'P';
     if (cl && cl->multi) *f++ = 'x';
+    if (cl && cl->watch_dirty) *f++ = 'd';
     if (ci->flags & KV_CF_CLOSING) *f++ = 'c';
     if (ci->flags & KV_CF_UNIX) *f++ = 'U';
     if (f == flags) *f++ = 'N';
@@ -995,6 +1168,8 @@ static const kv_cmd client_commands[] = {
     {"multi", 1, CMD_NOQUEUE, cmd_multi},
     {"exec", 1, CMD_NOQUEUE, cmd_exec},
     {"discard", 1, CMD_NOQUEUE, cmd_discard},
+    {"watch", -2, CMD_NOQUEUE, cmd_watch},
+    {"unwatch", 1, 0, cmd_unwatch},
     {"subscribe", -2, CMD_PUBSUB, cmd_subscribe},
     {"psubscribe", -2, CMD_PUBSUB, cmd_psubscribe},
     {"unsubscribe", -1, CMD_PUBSUB, cmd_unsubscribe},

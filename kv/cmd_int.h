@@ -61,8 +61,16 @@ void kv_client_commands_init(void);
 void kv_run(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
 /* Queues a copy of a command (MULTI). False when out of memory. */
 bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc);
-/* Drops the transaction: its queue freed, the client out of MULTI. */
-void kv_discard(kv_client *cl);
+/* Drops the transaction: its queue freed, the client out of MULTI, its
+ * watches gone. */
+void kv_discard(kv *k, kv_client *cl);
+/* WATCH's side of a write: the keys record a[0..argc) names (as kv_log
+ * is given it) are written; every watched key that is there is (a
+ * flush). */
+void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc);
+void kv_watch_touch_present(kv *k);
+/* The client watches nothing (EXEC, DISCARD, UNWATCH, RESET, its end). */
+void kv_unwatch(kv *k, kv_client *cl);
 /* Adds commands to the table (at start-up, once). */
 void kv_commands_add(const kv_cmd *cmds, size_t n);
 const kv_cmd *kv_command(const resp_arg *name);

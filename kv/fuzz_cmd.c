@@ -184,6 +184,8 @@ static const struct {
     {"zpopmax", 'z'},
     {"zmscore", 'z'},
     {"pubsub", 0},
+    {"watch", '*'},
+    {"unwatch", 0},
 };
 #define NNAMES    (sizeof names / sizeof names[0])
 #define CLOCK_OPS 218 /* a step's byte from here on: not a command */

@@ -1464,7 +1464,14 @@ def run_seed(a, b, seed, ncmds, verbose, sub=None, connect=None):
             if d is not None:
                 raise Diff(seed, i, hist, *d)
             continue
-        if multi == 0 and r.random() < 0.03:
+        if r.random() < 0.02:
+            # WATCH (refused inside MULTI) or UNWATCH: a later EXEC runs or
+            # fails alike on both.
+            if r.random() < 0.8:
+                cmd = [b"WATCH"] + [pick_key(r) for _ in range(r.randint(1, 3))]
+            else:
+                cmd = [b"UNWATCH"]
+        elif multi == 0 and r.random() < 0.03:
             cmd = [b"MULTI"]
             multi = 1
             queued = []

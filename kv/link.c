@@ -1656,6 +1656,7 @@ static int master_handshake(server *srv) {
             m->snap_db.plant_same_length = k->db.plant_same_length;
             m->snap_db.plant_blob_inplace = k->db.plant_blob_inplace;
         } else {
+            kv_watch_touch_all(k);
             store_clear(&k->db); /* another history: start over */
             k->offset = 0;
             memcpy(m->replid, id, sizeof id);
@@ -1811,6 +1812,7 @@ static long apply_snapshot(server *srv) {
             if (argc == 2 && parse_u64(&srv->argv[1], &keys) &&
                 keys == store_count(&k->db)) {
                 store_free(&old); /* the snapshot's takes its place */
+                kv_watch_touch_all(k);
                 memset(&m->snap_db, 0, sizeof m->snap_db);
                 k->offset = m->snap_off;
                 k->expiry_changed = true;

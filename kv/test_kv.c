@@ -7429,3 +7429,252 @@ TEST(read_of_expired_key_whose_del_finds_no_memory_waits) {
 TEST(expired_key_whose_del_finds_no_memory_waits) {
     in_child(expiry_waits_child);
 }
+
+/* ---------------------------------------------------------------- WATCH */
+
+/* Two clients, a and b, on a primary with a fixed clock. */
+typedef struct watch_pair {
+    kv k;
+    kv_client a, b;
+    buf oa, ob;
+} watch_pair;
+
+static void watch_open(watch_pair *w) {
+    kv_setup(&w->k, false);
+    w->k.clock = fixed_clock;
+    fixed_now = 1000000000000;
+    w->oa = w->ob = (buf){0};
+    kv_client_init(&w->a, NULL, &w->oa);
+    kv_client_init(&w->b, NULL, &w->ob);
+}
+
+static void watch_close(watch_pair *w) {
+    kv_client_reset(&w->k, &w->a);
+    kv_client_reset(&w->k, &w->b);
+    CHECK_EQ(w->k.watched.count, 0); /* every watch gone with its client */
+    buf_free(&w->oa);
+    buf_free(&w->ob);
+    kv_free(&w->k);
+}
+
+#define A(w, line) exec_cl(&(w)->k, &(w)->a, &(w)->oa, line)
+#define B(w, line) exec_cl(&(w)->k, &(w)->b, &(w)->ob, line)
+
+/* a: WATCH key, then b runs `write`, then a's MULTI SET EXEC: whether
+ * the EXEC ran (redis-server 7.0's answers for each case). */
+static bool exec_after(const char *setup, const char *key, const char *write) {
+    watch_pair w;
+    watch_open(&w);
+    char line[128];
+    if (setup) B(&w, setup);
+    snprintf(line, sizeof line, "WATCH %s", key);
+    CHECK(strcmp(A(&w, line), "+OK\r\n") == 0);
+    if (write) B(&w, write);
+    CHECK(strcmp(A(&w, "MULTI"), "+OK\r\n") == 0);
+    CHECK(strcmp(A(&w, "SET done 1"), "+QUEUED\r\n") == 0);
+    const char *r = A(&w, "EXEC");
+    bool ran = strcmp(r, "*1\r\n+OK\r\n") == 0;
+    CHECK(ran || strcmp(r, "*-1\r\n") == 0);
+    CHECK(strcmp(B(&w, "GET done"), ran ? "$1\r\n1\r\n" : "$-1\r\n") == 0);
+    watch_close(&w);
+    return ran;
+}
+
+TEST(watch_fails_exec_after_a_write_to_the_key) {
+    CHECK(exec_after(NULL, "k", NULL));
+    CHECK(!exec_after(NULL, "k", "SET k 1"));
+    CHECK(!exec_after("SET k 1", "k", "DEL k"));
+    CHECK(!exec_after("SET k 1", "k", "APPEND k x"));
+    CHECK(!exec_after("SET k 1", "k", "EXPIRE k 100"));
+    CHECK(!exec_after("SADD s x", "s", "SADD s y"));
+    CHECK(!exec_after("LPUSH l x", "l", "RPOP l"));
+    CHECK(!exec_after("SET k 1", "k", "FLUSHALL"));
+    CHECK(!exec_after("SET k 1", "k", "RENAME k k2"));
+    CHECK(!exec_after("SET k 1", "k2", "RENAME k k2"));
+    CHECK(!exec_after(NULL, "m2", "MSET m1 a m2 b"));
+    CHECK(!exec_after("SADD s x", "d", "SMOVE s d x"));
+}
+
+TEST(watch_ignores_what_changes_nothing_and_other_keys) {
+    CHECK(exec_after("SET k 1", "k", "GET k"));
+    CHECK(exec_after(NULL, "k", "SET other 1"));
+    CHECK(exec_after("SADD s x", "s", "SADD s x")); /* no member added */
+    CHECK(exec_after(NULL, "k", "DEL k"));          /* nothing deleted */
+    CHECK(exec_after(NULL, "k", "FLUSHALL"));       /* k was not there */
+    CHECK(exec_after(NULL, "v", "MSET m v"));       /* a value, not a key */
+    CHECK(exec_after(NULL, "k", "PUBLISH k hi"));   /* a channel */
+    CHECK(exec_after(NULL, "x", "SMOVE s d x"));    /* a member */
+}
+
+TEST(watch_and_its_own_writes) {
+    watch_pair w;
+    watch_open(&w);
+    /* Its own write before MULTI fails its EXEC, as anyone's. */
+    A(&w, "WATCH k");
+    A(&w, "SET k 1");
+    A(&w, "MULTI");
+    A(&w, "GET k");
+    CHECK(strcmp(A(&w, "EXEC"), "*-1\r\n") == 0);
+    /* EXEC ended the watch: the next transaction runs. */
+    A(&w, "MULTI");
+    A(&w, "GET k");
+    CHECK(strcmp(A(&w, "EXEC"), "*1\r\n$1\r\n1\r\n") == 0);
+    /* Inside the transaction its writes fail nothing of its own, and
+     * another's watch does fail. */
+    A(&w, "WATCH k");
+    B(&w, "WATCH k");
+    A(&w, "MULTI");
+    A(&w, "INCR k");
+    CHECK(strcmp(A(&w, "EXEC"), "*1\r\n:2\r\n") == 0);
+    B(&w, "MULTI");
+    B(&w, "INCR k");
+    CHECK(strcmp(B(&w, "EXEC"), "*-1\r\n") == 0);
+    CHECK(strcmp(B(&w, "GET k"), "$1\r\n2\r\n") == 0);
+    CHECK_EQ(w.k.watched.count, 0);
+    watch_close(&w);
+}
+
+TEST(watch_ends_with_unwatch_discard_reset_and_execabort) {
+    static const char *const ends[][2] = {
+        {"UNWATCH", NULL},
+        {"MULTI", "DISCARD"},
+        {"RESET", NULL},
+        {"MULTI", "NOSUCH"}, /* then EXEC: EXECABORT */
+    };
+    for (size_t i = 0; i < sizeof ends / sizeof *ends; i++) {
+        watch_pair w;
+        watch_open(&w);
+        A(&w, "WATCH k j");
+        A(&w, "WATCH k"); /* twice: one watch */
+        CHECK_EQ(w.k.watched.count, 2);
+        B(&w, "SET k 1");
+        A(&w, ends[i][0]);
+        if (ends[i][1]) A(&w, ends[i][1]);
+        if (strcmp(ends[i][1] ? ends[i][1] : "", "NOSUCH") == 0)
+            CHECK(strncmp(A(&w, "EXEC"), "-EXECABORT", 10) == 0);
+        CHECK_EQ(w.k.watched.count, 0);
+        /* Nothing watched: the write before does not fail this one. */
+        A(&w, "MULTI");
+        A(&w, "GET k");
+        CHECK(strcmp(A(&w, "EXEC"), "*1\r\n$1\r\n1\r\n") == 0);
+        watch_close(&w);
+    }
+}
+
+TEST(watch_is_refused_inside_multi_and_needs_a_key) {
+    watch_pair w;
+    watch_open(&w);
+    CHECK(strcmp(A(&w, "WATCH"),
+                 "-ERR wrong number of arguments for 'watch' command\r\n") ==
+          0);
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "WATCH k"),
+                 "-ERR WATCH inside MULTI is not allowed\r\n") == 0);
+    CHECK_EQ(w.k.watched.count, 0);
+    CHECK(strcmp(A(&w, "UNWATCH"), "+QUEUED\r\n") == 0);
+    /* The refusal does not spoil the transaction (redis-server 7). */
+    CHECK(strcmp(A(&w, "EXEC"), "*1\r\n+OK\r\n") == 0);
+    watch_close(&w);
+}
+
+/* A watched key that expires fails EXEC, whether or not anything deleted
+ * it yet; one already expired at WATCH is gone already, and its DEL by
+ * the expiry changes nothing. */
+TEST(watch_and_expiry) {
+    watch_pair w;
+    watch_open(&w);
+    B(&w, "SET e 1 PX 100");
+    A(&w, "WATCH e");
+    fixed_now += 101;
+    CHECK_EQ(store_count(&w.k.db), 1); /* nothing deleted it yet */
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "EXEC"), "*-1\r\n") == 0);
+    /* Already expired at WATCH: a read deletes it (DEL), EXEC runs. */
+    A(&w, "WATCH e");
+    CHECK(strcmp(B(&w, "GET e"), "$-1\r\n") == 0);
+    CHECK_EQ(store_count(&w.k.db), 0);
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "EXEC"), "*0\r\n") == 0);
+    /* The expiry timer's delete of a live watched key fails it. */
+    B(&w, "SET t 1 PX 100");
+    A(&w, "WATCH t");
+    fixed_now += 101;
+    CHECK_EQ(kv_expire_due(&w.k, NULL, NULL), 1);
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "EXEC"), "*-1\r\n") == 0);
+    watch_close(&w);
+}
+
+/* CLIENT LIST's flags show a watch that will fail EXEC ('d'). */
+TEST(watch_dirty_shows_in_client_flags) {
+    watch_pair w;
+    watch_open(&w);
+    kv_conn_info ci = {
+        .id = 1, .addr = "a:1", .laddr = "b:2", .fd = -1, .events = "r"};
+    buf line = {0};
+    A(&w, "WATCH k");
+    kv_client_line(&w.a, &ci, &line);
+    buf_put(&line, "", 1);
+    CHECK(strstr(line.p, " flags=N "));
+    B(&w, "SET k 1");
+    line.len = 0;
+    kv_client_line(&w.a, &ci, &line);
+    buf_put(&line, "", 1);
+    CHECK(strstr(line.p, " flags=d "));
+    buf_free(&line);
+    watch_close(&w);
+}
+
+/* On a replica the primary's records are the writes: they fail a watch
+ * there as a client's would on the primary; a new history fails all. */
+TEST(watch_on_a_replica) {
+    kv r;
+    kv_setup(&r, true);
+    buf out = {0};
+    kv_client c;
+    kv_client_init(&c, NULL, &out);
+    CHECK(strcmp(exec_cl(&r, &c, &out, "WATCH k"), "+OK\r\n") == 0);
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[8];
+    static const char rec[] = "*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$1\r\n1\r\n";
+    const char *err;
+    size_t need;
+    CHECK_EQ(kv_apply_stream(&r, &lim, argv, rec, sizeof rec - 1, &err, &need),
+             (long)sizeof rec - 1);
+    exec_cl(&r, &c, &out, "MULTI");
+    exec_cl(&r, &c, &out, "GET k");
+    CHECK(strcmp(exec_cl(&r, &c, &out, "EXEC"), "*-1\r\n") == 0);
+    exec_cl(&r, &c, &out, "WATCH j");
+    kv_watch_touch_all(&r);
+    exec_cl(&r, &c, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&r, &c, &out, "EXEC"), "*-1\r\n") == 0);
+    kv_client_reset(&r, &c);
+    buf_free(&out);
+    kv_free(&r);
+}
+
+/* Watching many keys, and many clients on one key, then each going in
+ * turn: every list stays whole (ASan, and the counts). */
+TEST(watch_lists_survive_clients_going_in_any_order) {
+    kv k;
+    kv_setup(&k, false);
+    enum { N = 8 };
+    kv_client c[N];
+    buf o[N];
+    for (int i = 0; i < N; i++) {
+        o[i] = (buf){0};
+        kv_client_init(&c[i], NULL, &o[i]);
+        exec_cl(&k, &c[i], &o[i], "WATCH a b c d");
+    }
+    CHECK_EQ(k.watched.count, 4);
+    static const int order[N] = {3, 0, 7, 5, 1, 6, 2, 4};
+    for (int i = 0; i < N; i++) {
+        if (i == N / 2)
+            exec_cl(&k, &c[order[N - 1]], &o[order[N - 1]], "SET c 1");
+        kv_client_reset(&k, &c[order[i]]);
+        CHECK_EQ(k.watched.count, i == N - 1 ? 0 : 4);
+    }
+    for (int i = 0; i < N; i++)
+        buf_free(&o[i]);
+    kv_free(&k);
+}
