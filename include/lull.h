@@ -470,7 +470,9 @@ struct lull_notifier {
     };
 };
 
-/* -EINVAL for NULL; -EBUSY while a listener is subscribed to n. */
+/* -EINVAL for NULL; -EBUSY while a listener is subscribed to n. A zeroed
+ * notifier (static storage, calloc) needs no init: subscribing sets up what
+ * carries its remote raises. */
 LULL_EXTERN int lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
  * the notifier was raised before it ran. l needs no initialisation, but must
