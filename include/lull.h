@@ -825,7 +825,8 @@ struct lull_endpoint {
 #define LULL_MAX_QUEUED_NONE SIZE_MAX
 
 /* Sets the callbacks (any may be NULL). Call it before the loop can deliver
- * anything: right after the transport set the endpoint up. With on_close
+ * anything: right after the transport set the endpoint up, which clears
+ * callbacks set before it. With on_close
  * NULL nothing is told of the close, and lull_endpoint_close hands the
  * struct back at once. */
 LULL_EXTERN void lull_endpoint_set_callbacks(lull_endpoint *ep,
