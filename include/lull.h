@@ -470,7 +470,9 @@ struct lull_notifier {
     };
 };
 
-/* -EINVAL for NULL; -EBUSY while a listener is subscribed to n. */
+/* -EINVAL for NULL; -EBUSY while a listener is subscribed to n. A zeroed
+ * notifier (static storage, calloc) needs no init: subscribing sets up what
+ * carries its remote raises. */
 LULL_EXTERN int lull_notifier_init(lull_notifier *n);
 /* Subscribes l: each raise queues fn(l) in a later task, once however often
  * the notifier was raised before it ran. l needs no initialisation, but must
@@ -823,7 +825,8 @@ struct lull_endpoint {
 #define LULL_MAX_QUEUED_NONE SIZE_MAX
 
 /* Sets the callbacks (any may be NULL). Call it before the loop can deliver
- * anything: right after the transport set the endpoint up. With on_close
+ * anything: right after the transport set the endpoint up, which clears
+ * callbacks set before it. With on_close
  * NULL nothing is told of the close, and lull_endpoint_close hands the
  * struct back at once. */
 LULL_EXTERN void lull_endpoint_set_callbacks(lull_endpoint *ep,

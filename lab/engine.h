@@ -330,6 +330,12 @@ void lab_noise_end(lab_noise *n);
 #define LAB_NOISY_OTHERS 0.25 /* CPUs: a build job uses 1 */
 #define LAB_NOISY_STEAL  2.0  /* percent */
 bool lab_noise_text(const lab_noise *n, char *buf, size_t size);
+/* What the short output says above the verdict when any of the count
+ * scenarios run had a busy machine (lab_noise_text): how many and the
+ * worst, two lines in buf, since the verdict's marks do not say it (a
+ * newcomer's make demo beside other work read "✗" as lull's miss). Returns
+ * how many were busy; 0 leaves buf "". */
+int lab_noise_summary(const lab_noise *n, int count, char *buf, size_t size);
 /* lab/main.c brackets each scenario: lines added in between are its. What
  * else the machine did (n) goes into the JSON; it marks no line noisy by
  * itself: only a floor or a peer that moved in the same rounds does. */

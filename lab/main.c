@@ -511,6 +511,13 @@ int main(int argc, char **argv) {
         lab_json_end_object(json);
     }
     expect_verdict(only, opts.only);
+    lab_noise ran[SCENARIO_COUNT];
+    int nran = 0;
+    for (size_t i = 0; i < SCENARIO_COUNT; i++)
+        if (!only || scenarios[i] == only) ran[nran++] = noise[i];
+    char busy[320];
+    if (lab_noise_summary(ran, nran, busy, sizeof busy) > 0)
+        printf("\n%s\n", busy);
     int strict_misses = lab_verdict_print(json);
     if (lab_checks_failed() > 0) failed = 1;
     if (json) {

@@ -456,6 +456,10 @@ void lab_verdict_titles(void) {
     char buf[WIDTH * 3];
     noisy_reason(&w, buf, sizeof buf);
     puts(buf);
+    /* The busy-machine lines above the verdict, at their widest. */
+    lab_noise busy[2] = {{.others_cpu = 99.99}, {.others_cpu = 99.99}};
+    lab_noise_summary(busy, 2, buf, sizeof buf);
+    puts(buf);
 
     /* A verdict of made-up lines, one of each reading, with cells as wide
      * as the scenarios' widest: lab.verdict_rules checks how each reads,
@@ -619,6 +623,28 @@ bool lab_noise_text(const lab_noise *n, char *buf, size_t size) {
     }
     snprintf(buf, size, "quiet");
     return false;
+}
+
+int lab_noise_summary(const lab_noise *n, int count, char *buf, size_t size) {
+    char text[96];
+    int busy = 0, worst = -1;
+    for (int i = 0; i < count; i++) {
+        if (!lab_noise_text(&n[i], text, sizeof text)) continue;
+        busy++;
+        if (worst < 0 || n[i].others_cpu > n[worst].others_cpu ||
+            (n[i].others_cpu == n[worst].others_cpu &&
+             n[i].steal_pct > n[worst].steal_pct))
+            worst = i;
+    }
+    if (size > 0) buf[0] = '\0';
+    if (busy == 0) return 0;
+    lab_noise_text(&n[worst], text, sizeof text);
+    snprintf(buf, size,
+             "busy machine in %d of %d scenario%s (at worst, %s):\n"
+             "  a miss may be the machine's, not lull's: rerun on a quiet "
+             "machine before quoting it",
+             busy, count, count == 1 ? "" : "s", text);
+    return busy;
 }
 
 void lab_noise_json(lab_json *j, const char *scenario, const lab_noise *n) {

@@ -3,8 +3,8 @@
 # not checked (a debug build on a busy machine measures nothing useful);
 # the shape is:
 #   - lull-lab exits 0 (every delivered-data check passed);
-#   - at most 79 lines besides noisy marks' reasons (`make demo` adds its
-#     build line: 80), none wider than 100 columns (code points, not
+#   - at most 79 lines besides noisy marks' reasons and the busy-machine
+#     lines (`make demo` adds its build line: 80), none wider than 100 columns (code points, not
 #     bytes), no undefined term
 #     (lab/text.cmake), no word of lull-lab's own before its definition,
 #     and none of a table it leaves out (udp's "dg", files' "bare pool");
@@ -12,7 +12,8 @@
 #     and each scenario (pump, loopback, replicate, serve, runner), each
 #     ending in ✓, ✗, "✗ noisy", "✗ floor-bound (floor ×F)" or "not run",
 #     no cell cut short ("…"), and a reason line for every noisy mark;
-#   - the same verdict in the JSON;
+#   - the same verdict in the JSON, and a busy-machine line above it
+#     exactly when the JSON marks a scenario noisy, counting them;
 #   - --verbose prints the long tables the short output leaves out;
 #   - --strict exits 3 exactly when a miss is not marked noisy.
 #
@@ -46,7 +47,17 @@ if(text MATCHES "\n$")
 endif()
 set(noisy_marks 0)
 set(noisy_reasons 0)
+set(busy_lines 0)
+set(busy_said "")
 foreach(line IN LISTS lines)
+  # The busy-machine lines above the verdict (and the blank line before
+  # them) are the machine's, as the noisy reasons are.
+  if(line MATCHES "^busy machine in ([0-9]+) of [0-9]+ scenarios? ")
+    set(busy_said ${CMAKE_MATCH_1})
+    math(EXPR busy_lines "${busy_lines} + 2")
+  elseif(line MATCHES "^  a miss may be the machine's")
+    math(EXPR busy_lines "${busy_lines} + 1")
+  endif()
   lab_width("${line}" width)
   if(width GREATER 100)
     message(FATAL_ERROR "a line of ${width} columns (over 100):\n${line}")
@@ -91,10 +102,10 @@ if(early)
 endif()
 # The bounds leave out the noisy marks' reason lines: how many there are
 # is the machine's, not the output's (a busy CI machine adds them).
-math(EXPR own_lines "${nlines} - ${noisy_reasons}")
+math(EXPR own_lines "${nlines} - ${noisy_reasons} - ${busy_lines}")
 if(own_lines GREATER 79)
   message(FATAL_ERROR "${own_lines} lines besides ${noisy_reasons} noisy "
-    "reasons (over 79; ${OUT}/shape.txt)")
+    "reasons and ${busy_lines} busy-machine lines (over 79; ${OUT}/shape.txt)")
 endif()
 if(NOT noisy_marks EQUAL noisy_reasons)
   message(FATAL_ERROR "${noisy_marks} noisy marks, ${noisy_reasons} reasons:\n"
@@ -117,6 +128,26 @@ foreach(id C1 C2 C3 C4 C5 C6 C7 C8 pump loopback replicate serve runner udp file
 endforeach()
 
 file(READ ${OUT}/shape.json json)
+# The busy-machine line counts the scenarios the JSON marks noisy, and is
+# there whenever one is.
+string(JSON nnoise LENGTH "${json}" noise)
+set(busy_json 0)
+if(nnoise GREATER 0)
+  math(EXPR last "${nnoise} - 1")
+  foreach(i RANGE ${last})
+    string(JSON scenario MEMBER "${json}" noise ${i})
+    string(JSON noisy GET "${json}" noise ${scenario} noisy)
+    if(noisy)
+      math(EXPR busy_json "${busy_json} + 1")
+    endif()
+  endforeach()
+endif()
+if(busy_json GREATER 0 AND NOT busy_said STREQUAL "${busy_json}")
+  message(FATAL_ERROR "the JSON marks ${busy_json} scenarios noisy; the output "
+    "said '${busy_said}' (${OUT}/shape.txt)")
+elseif(busy_json EQUAL 0 AND NOT busy_said STREQUAL "")
+  message(FATAL_ERROR "a busy-machine line, and no scenario noisy in the JSON")
+endif()
 string(JSON nverdict LENGTH "${json}" verdict)
 set(ids "")
 math(EXPR last "${nverdict} - 1")

@@ -61,6 +61,11 @@ static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
      * is lost. */
     (void)lull__inuse_add(l);
     if (!n->head) (void)lull__inuse_add(n);
+    /* A zeroed notifier (static storage, calloc) never given to
+     * lull_notifier_init takes listeners and local raises; the task that
+     * carries its remote raises is set up here, on the owner thread and
+     * before any listener can hear one, or a remote raise would be lost. */
+    if (!n->remote.node.fn.task) n->remote.node.fn.task = notify_from_remote;
     l->loop = loop;
     l->notifier = n;
     l->next = NULL;
@@ -151,7 +156,9 @@ static void notify_from_remote(lull_task *task) {
  * lull_notifier_quiesce can wait for it as lull_loop_free waits for a
  * poster. */
 void lull_notifier_raise_remote(lull_loop *loop, lull_notifier *n) {
-    if (!loop || !n) return;
+    /* No carrier: a zeroed notifier that no listener ever joined, where a
+     * raise reaches no one (as lull_notifier_raise of it). */
+    if (!loop || !n || !n->remote.node.fn.task) return;
     __atomic_fetch_add(&n->raisers, 1, __ATOMIC_RELAXED);
     lull_task_post_remote(loop, &n->remote);
     __atomic_fetch_sub(&n->raisers, 1, __ATOMIC_RELEASE);

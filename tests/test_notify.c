@@ -746,3 +746,37 @@ TEST(null_and_zeroed_handles_do_nothing) {
     lull_listener_stop(&a.l);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A zeroed notifier (static storage, calloc) that was never given to
+ * lull_notifier_init takes listeners and a pump, and its local raises
+ * reach them; its remote raise must too. It reached none: the task that
+ * carries a remote raise is set up only by lull_notifier_init, so debug
+ * builds stopped with "posting a task with no function" (a task the
+ * caller never posted) and release builds dropped the raise: a listener
+ * waiting for another thread's change never heard of it. A zeroed
+ * notifier with no listener stays a no-op, as its local raise is. */
+TEST(zeroed_notifier_carries_remote_raises) {
+    lull_loop *loop = new_loop();
+    static lull_notifier quiet, n, pn;        /* zeroed, never initialised */
+    lull_notifier_raise_remote(loop, &quiet); /* nothing listens: nothing */
+    CHECK_EQ(lull_loop_settle(loop), 0);
+    sub a = {.id = 1};
+    CHECK_EQ(lull_listener_start(loop, &n, &a.l, on_raise), 0);
+    lull_pump pump;
+    lull_listener pl;
+    int passes = 0;
+    CHECK_EQ(lull_pump_init(loop, &pump, count_pass), 0);
+    pump.data = &passes;
+    CHECK_EQ(lull_pump_listen(&pump, &pn, &pl), 0);
+    lull_notifier_raise_remote(loop, &n);
+    lull_notifier_raise_remote(loop, &pn);
+    CHECK_EQ(lull_loop_settle(loop), 4); /* two carriers, then their raises */
+    CHECK_EQ(a.runs, 1);
+    CHECK_EQ(passes, 1);
+    CHECK_U64_EQ(n.raised, 1);
+    CHECK_U64_EQ(pn.raised, 1);
+    lull_listener_stop(&a.l);
+    lull_pump_close(&pump);
+    lull_notifier_quiesce(loop, &n);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
