@@ -150,7 +150,7 @@ static void print_table(const lab_fig *fig) {
     const char *header[] = {"implementation: turn", "I/O checked",
                             "100 commits, ms",      "graph, ms",
                             "round trip, µs",       "frames",
-                            "turns / trip",         "polls / turn",
+                            "turns / trip",         "I/O polls a turn",
                             "timers armed",         "×"};
     lab_table t;
     lab_table_init(&t, 10, header);
@@ -285,8 +285,8 @@ static void brief(const lab_fig *fig) {
         {"lull", "task"},    {"lull", "timer0"},       {"lull", "task_q1"},
         {"floor", "epoll0"}, {"node", "setImmediate"}, {"node", "setTimeout"},
     }; /* the C peers' rows and the rest: --verbose */
-    const char *header[] = {"implementation: turn", "I/O checked", "polls/turn",
-                            "round trip, µs", "×"};
+    const char *header[] = {"implementation: turn", "I/O checked",
+                            "I/O polls a turn", "round trip, µs", "×"};
     lab_table t;
     lab_table_init(&t, 5, header);
     for (size_t k = 0; k < sizeof shown / sizeof shown[0]; k++) {
