@@ -1467,6 +1467,13 @@ static void master_down(server *srv) {
     store_free(&m->snap_db);
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
+    /* A link lost before it held RETRY_MAX_NS (a primary that takes the
+     * handshake and hangs up, over and over) was a failed attempt: the
+     * backoff goes on from before its handshake, else it would reconnect
+     * every 100 ms for ever, each time a full sync. One that held longer
+     * was working, and its loss is retried at once. */
+    if (m->backoff_was && lull_loop_now(srv->loop) - m->up_ns < RETRY_MAX_NS)
+        m->backoff_ns = m->backoff_was;
     m->backoff_was = 0;
     if (srv->stopping) return;
     srv_log(srv, "replica: retrying %s:%d in %" PRIu64 " ms", m->host, m->port,

@@ -1846,6 +1846,69 @@ TEST(replica_backs_off_from_a_primary_that_sends_garbage) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Connects in 10 virtual seconds to a primary that answers every REPLSYNC
+ * with `answer` and then closes its end (EOF), the link up for no time. */
+static int connects_to_a_primary_that_hangs_up(const char *answer) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    static server r;
+    memset(&r, 0, sizeof r);
+    server_defaults(&r);
+    r.log = quiet_log;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
+    silent_connects = 0;
+    server_start(&r);
+    int answered = 0, ups = 0;
+    while (lull_loop_now(loop) < 10000000000ull && silent_connects < 256) {
+        if (r.m.state == M_SYNC && answered < silent_connects) {
+            int fd = silent_fds[silent_connects - 1];
+            send_all(fd, answer, strlen(answer));
+            CHECK_EQ(shutdown(fd, SHUT_WR), 0);
+            answered = silent_connects;
+        }
+        int was = r.m.state;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        if (was != M_UP && r.m.state == M_UP) ups++;
+    }
+    CHECK(ups > 0); /* the handshake was taken each time */
+    int n = silent_connects;
+    if (n > 8) fprintf(stderr, "%d connects in 10 s\n", n);
+    stop_silent_replica(loop, &r);
+    for (int i = 0; i < n; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return n;
+}
+
+/* A primary that takes the handshake and hangs up at once, again and
+ * again (its snapshot cut short each time, or a +CONTINUE and nothing
+ * more): the replica backs off as from a refused connect. The handshake
+ * reset the backoff, and an EOF (unlike a malformed stream) did not put it
+ * back, so it reconnected every 100 ms for ever, each time a full sync
+ * (a forked snapshot on a real primary) and two log lines. A link lost
+ * before it held RETRY_MAX_NS counts as a failed attempt. Virtual time:
+ * ten seconds pass at once; 100 ms doubling to 5 s connects at 0, 0.1,
+ * 0.3, 0.7, 1.5, 3.1 and 6.3 s. */
+TEST(replica_backs_off_from_a_primary_that_hangs_up_after_the_handshake) {
+    int n = connects_to_a_primary_that_hangs_up(
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n");
+    CHECK(n >= 5 && n <= 8);
+    n = connects_to_a_primary_that_hangs_up(
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n"
+        "*1\r\n$5\r\nMULTI\r\n");
+    CHECK(n >= 5 && n <= 8);
+    n = connects_to_a_primary_that_hangs_up("+CONTINUE 0\r\n");
+    CHECK(n >= 5 && n <= 8);
+}
+
 static bool minutes_up;
 static void minutes_fired(lull_timer *t) {
     (void)t;
