@@ -1900,10 +1900,12 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                                    m->in.len, &err, &m->need);
     if (n < 0) {
         /* Out of memory part way through a record (an RPUSH of many, a
-         * transaction) leaves part of it applied at the offset before it:
-         * resumed there, the replica would apply that part twice. Its
-         * keyspace is no offset's now: the next sync is a full one. */
-        if (n == -ENOMEM) m->replid[0] = 0;
+         * transaction), or a transaction's record that failed running
+         * after others of it were applied (torn), leaves part of it
+         * applied at the offset before it: resumed there, the replica
+         * would apply that part twice. Its keyspace is no offset's now:
+         * the next sync is a full one. */
+        if (n == -ENOMEM || srv->kv.torn) m->replid[0] = 0;
         master_failed(srv, err, n == -ENOMEM);
         return;
     }

@@ -2904,6 +2904,93 @@ TEST(replica_refuses_a_continue_at_another_offset) {
  * after the word: the offset was read from a fixed column, so with no
  * space "...c 15" was taken as offset 5 (and with two, " 5" refused only
  * by luck). The line is refused whole, as any other malformed one. */
+/* A replica on fake_net takes a replay from 0 (the replid at once), the
+ * records `before` and then `txn`, a transaction the primary's stream
+ * breaks off inside (a record that is no write, or one that fails here).
+ * The link closes with a line; returns the replica's "n". */
+static int malformed_lines;
+static void count_malformed(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "malformed")) malformed_lines++;
+}
+
+static bool torn_kept; /* the last one's replica kept its replid */
+static long long torn_transaction(const char *before, const char *txn) {
+    lull_loop *loop;
+    static server r;
+    memset(&r, 0, sizeof r);
+    silent_connects = malformed_lines = 0;
+    fake_replica_synced(&loop, &r, count_malformed);
+    char all[512];
+    int n = snprintf(all, sizeof all,
+                     "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
+                     "0\r\n%s%s",
+                     before, txn);
+    send_all(fake_fd, all, (size_t)n);
+    uint64_t t0 = now_ms();
+    while (malformed_lines == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(r.m.state != M_UP);
+    /* The records before the transaction were applied: the replica is at
+     * their end (the MULTI's offset), where it asks to continue. */
+    CHECK_U64_EQ(r.kv.offset, strlen(before));
+    resp_arg get[2] = {{"GET", 3}, {"n", 1}};
+    buf out = {0};
+    kv_exec(&r.kv, NULL, get, 2, &out);
+    long long v = -1;
+    if (out.len > 4 && out.p[0] == '$' && out.p[1] != '-')
+        v = atoll(strchr(out.p, '\n') + 1);
+    buf_free(&out);
+    bool kept = torn_kept = r.m.replid[0] != 0;
+    char tmp[256];
+    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
+    }
+    fake_replica_end(loop, &r);
+    /* Either none of the transaction is applied and the replica may
+     * continue from its MULTI, or its keyspace is at no offset of that
+     * history and the next sync must be a full one. */
+    CHECK(v == 1 || !kept);
+    return v;
+}
+
+/* A transaction is applied as a unit (docs/KV.md), but a primary's
+ * transaction broken off inside was applied up to the bad record: the
+ * replica kept the writes before it at the MULTI's offset with the same
+ * replid, so a +CONTINUE from that offset applied them a second time
+ * (INCR n twice, and again at every retry). A record that is no write
+ * (unknown, wrong arity, SELECT) is now found while the transaction is
+ * scanned, before any of it is applied; one that fails as it is applied
+ * (the keyspaces have diverged) leaves a keyspace at no offset, and the
+ * next sync is a full one, as after running out of memory inside one. */
+TEST(replica_applies_none_of_a_malformed_transaction) {
+    static const char incr[] = "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"
+                               "*3\r\n$3\r\nSET\r\n$1\r\ns\r\n$3\r\nabc\r\n";
+    static const char *const bad[] = {
+        "*3\r\n$3\r\nFOO\r\n$1\r\nx\r\n$1\r\ny\r\n", /* unknown */
+        "*2\r\n$3\r\nSET\r\n$1\r\nx\r\n",            /* wrong arity */
+        "*2\r\n$6\r\nSELECT\r\n$1\r\n9\r\n",         /* no write */
+        "*1\r\n$4\r\nPING\r\n",                      /* no write */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char txn[256];
+        snprintf(txn, sizeof txn,
+                 "*1\r\n$5\r\nMULTI\r\n*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n%s"
+                 "*1\r\n$4\r\nEXEC\r\n",
+                 bad[i]);
+        CHECK_EQ(torn_transaction(incr, txn), 1);
+    }
+    /* INCR of "abc" fails here: the INCR before it in the transaction is
+     * in, and the replica must not resume from the MULTI. */
+    CHECK_EQ(torn_transaction(incr, "*1\r\n$5\r\nMULTI\r\n"
+                                    "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"
+                                    "*2\r\n$4\r\nINCR\r\n$1\r\ns\r\n"
+                                    "*1\r\n$4\r\nEXEC\r\n"),
+             2);
+    CHECK(!torn_kept);
+}
+
 TEST(replica_refuses_a_fullresync_with_its_replid_out_of_place) {
     refused_offset("+FULLRESYNCcccccccccccccccccccccccccccccccccccccccc "
                    "%s\r\n*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n0\r\n"
@@ -4713,7 +4800,7 @@ TEST(client_without_memory_for_its_connection_is_logged_once) {
  * said "malformed replication stream from <primary>": a reader looked for
  * a bug in the primary. It says out of memory, and not malformed. Each
  * allocation of the replica's apply fails in turn. */
-static int malformed_lines, replica_oom_lines;
+static int replica_oom_lines;
 static void count_replica_oom(server *srv, const char *line) {
     quiet_log(srv, line);
     if (strstr(line, "malformed")) malformed_lines++;
