@@ -1667,9 +1667,12 @@ static int master_handshake(server *srv) {
             k->offset = 0;
             memcpy(m->replid, id, sizeof id);
         }
-    } else if (strncmp(line, "+CONTINUE ", 10) == 0 &&
+    } else if (strncmp(line, "+CONTINUE ", 10) == 0 && m->replid[0] &&
                line_offset(line + 10, &off) && off == k->offset) {
-        /* the same history: from our offset */
+        /* the same history: from our offset (a replica that asked with
+         * no replid has none to continue: new, or its keyspace at no
+         * offset known, after a snapshot cut short or a torn
+         * transaction) */
     } else {
         return master_malformed(srv, "not +FULLRESYNC or +CONTINUE"), -1;
     }

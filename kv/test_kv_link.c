@@ -1846,9 +1846,11 @@ TEST(replica_backs_off_from_a_primary_that_sends_garbage) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* Connects in 10 virtual seconds to a primary that answers every REPLSYNC
- * with `answer` and then closes its end (EOF), the link up for no time. */
-static int connects_to_a_primary_that_hangs_up(const char *answer) {
+/* Connects in 10 virtual seconds to a primary that answers the first
+ * REPLSYNC with `first`, every later one with `answer` (NULL: `first`),
+ * and then closes its end (EOF), the link up for no time. */
+static int connects_to_a_primary_that_hangs_up(const char *first,
+                                               const char *answer) {
     lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
                             .flags = LULL_LOOP_AUTO_ADVANCE};
     lull_loop *loop;
@@ -1867,7 +1869,8 @@ static int connects_to_a_primary_that_hangs_up(const char *answer) {
     while (lull_loop_now(loop) < 10000000000ull && silent_connects < 256) {
         if (r.m.state == M_SYNC && answered < silent_connects) {
             int fd = silent_fds[silent_connects - 1];
-            send_all(fd, answer, strlen(answer));
+            const char *a = silent_connects > 1 && answer ? answer : first;
+            send_all(fd, a, strlen(a));
             CHECK_EQ(shutdown(fd, SHUT_WR), 0);
             answered = silent_connects;
         }
@@ -1897,15 +1900,20 @@ static int connects_to_a_primary_that_hangs_up(const char *answer) {
 TEST(replica_backs_off_from_a_primary_that_hangs_up_after_the_handshake) {
     int n = connects_to_a_primary_that_hangs_up(
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
-        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n");
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n",
+        NULL);
     CHECK(n >= 5 && n <= 8);
     n = connects_to_a_primary_that_hangs_up(
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n"
         "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n"
-        "*1\r\n$5\r\nMULTI\r\n");
+        "*1\r\n$5\r\nMULTI\r\n",
+        NULL);
     CHECK(n >= 5 && n <= 8);
-    n = connects_to_a_primary_that_hangs_up("+CONTINUE 0\r\n");
+    /* A replay from 0 gives the replica a history to continue. */
+    n = connects_to_a_primary_that_hangs_up(
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 0\r\n",
+        "+CONTINUE 0\r\n");
     CHECK(n >= 5 && n <= 8);
 }
 
@@ -2898,6 +2906,17 @@ TEST(replica_refuses_a_continue_at_another_offset) {
     static const char *const cont[] = {"1", "5", "9223372036854775807"};
     for (size_t i = 0; i < sizeof cont / sizeof *cont; i++)
         refused_offset("+CONTINUE %s\r\n", cont[i]);
+}
+
+/* A +CONTINUE to a replica that asked with no history (REPLSYNC ?: a
+ * fresh one, or one whose keyspace is at no offset after a snapshot cut
+ * short, a torn transaction or running out of memory inside a record): a
+ * primary holds no history of it to continue. It was taken when its
+ * offset matched the replica's, and the log applied on that keyspace as
+ * if it were the primary's at that offset. Refused as a malformed answer,
+ * so the replica keeps asking for a full sync. */
+TEST(replica_refuses_a_continue_when_it_asked_with_no_history) {
+    refused_offset("+CONTINUE %s\r\n", "0");
 }
 
 /* A +FULLRESYNC line whose replid is not where Redis writes it, one space
