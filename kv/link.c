@@ -1806,8 +1806,15 @@ static long apply_snapshot(server *srv) {
     while (m->snap && off < m->in.len) {
         size_t argc, need;
         const char *err = "";
-        long n = parse_record(srv, &lim, m->in.p + off, m->in.len - off, &argc,
-                              &err, &need);
+        /* Records are multibulk requests, as the log's: anything else (a
+         * snapshot in another format, Redis' RDB) is refused at its first
+         * byte, not parsed as an inline line whose end may never come. */
+        long n = RESP_ERROR;
+        if (m->in.p[off] != '*')
+            err = "a record that is not a multibulk request";
+        else
+            n = parse_record(srv, &lim, m->in.p + off, m->in.len - off, &argc,
+                             &err, &need);
         if (n == RESP_INCOMPLETE) {
             m->need = need;
             break;

@@ -2808,6 +2808,51 @@ static void fake_replica_end(lull_loop *loop, server *r) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+static int malformed_lines;
+static void count_malformed(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "malformed")) malformed_lines++;
+}
+
+/* A snapshot in a format lull-kv does not write (Redis' RDB, sent bare
+ * as by a primary that is not lull-kv, or any bytes that are not a
+ * multibulk record): refused at its first byte, as the log's records
+ * are. The snapshot's parser took it for an inline request and waited
+ * for its line's end, up to 64 KiB: a primary that sent less and kept
+ * the link open held the replica in "a snapshot comes first" for good. */
+TEST(replica_refuses_a_snapshot_in_another_format_at_once) {
+    static const char *const snaps[] = {
+        "REDIS0011\xfa\x09redis-ver\x05"
+        "7.0.0",
+        "$30\r\nREDIS0011", /* its first line whole */
+        "SET a b",
+    };
+    for (size_t i = 0; i < sizeof snaps / sizeof *snaps; i++) {
+        lull_loop *loop;
+        static server r;
+        memset(&r, 0, sizeof r);
+        silent_connects = malformed_lines = 0;
+        fake_replica_synced(&loop, &r, count_malformed);
+        char all[256];
+        int n = snprintf(all, sizeof all,
+                         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc"
+                         " 5000\r\n%s",
+                         snaps[i]);
+        send_all(fake_fd, all, (size_t)n);
+        /* Every byte sent is read in a few turns. */
+        for (int t = 0; t < 100 && malformed_lines == 0; t++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        if (malformed_lines == 0)
+            fprintf(stderr, "snapshot %zu: still waiting\n", i);
+        CHECK_EQ(malformed_lines, 1);
+        CHECK(r.m.state != M_UP);
+        char tmp[256];
+        while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
+        }
+        fake_replica_end(loop, &r);
+    }
+}
+
 TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     snap_marker = 0;
     lull_loop *loop;
@@ -2927,12 +2972,6 @@ TEST(replica_refuses_a_continue_when_it_asked_with_no_history) {
  * records `before` and then `txn`, a transaction the primary's stream
  * breaks off inside (a record that is no write, or one that fails here).
  * The link closes with a line; returns the replica's "n". */
-static int malformed_lines;
-static void count_malformed(server *srv, const char *line) {
-    quiet_log(srv, line);
-    if (strstr(line, "malformed")) malformed_lines++;
-}
-
 static bool torn_kept; /* the last one's replica kept its replid */
 static long long torn_transaction(const char *before, const char *txn) {
     lull_loop *loop;
