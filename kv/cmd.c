@@ -1670,7 +1670,10 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
 /* Runs one record of the primary's log: a write, with its arguments, that
  * succeeds here as it did there. */
 /* A record's command, if it is one the log holds (a write, or a logged
- * PUBLISH) with its arguments; else NULL and *err says why. */
+ * PUBLISH) with its arguments; else NULL and *err says why, naming the
+ * command: its first 32 bytes, each one not printable as '?' (the reason
+ * goes into a log line). Refusals are written to one buffer: the loop's
+ * thread only, read before the next record is looked at. */
 static const kv_cmd *record_cmd(const resp_arg *a, size_t argc,
                                 const char **err) {
     if (argc == 0) {
@@ -1679,7 +1682,16 @@ static const kv_cmd *record_cmd(const resp_arg *a, size_t argc,
     }
     const kv_cmd *c = kv_command(&a[0]);
     if (!c || !(c->flags & (CMD_WRITE | CMD_LOGGED)) || !kv_arity_ok(c, argc)) {
-        *err = "not a logged write with its arguments";
+        static char why[96];
+        char name[33];
+        size_t n = a[0].len < 32 ? a[0].len : 32;
+        for (size_t i = 0; i < n; i++)
+            name[i] = a[0].p[i] >= 0x20 && a[0].p[i] < 0x7f ? a[0].p[i] : '?';
+        name[n] = 0;
+        snprintf(why, sizeof why,
+                 "'%s%s': not a logged write with its arguments", name,
+                 a[0].len > 32 ? "..." : "");
+        *err = why;
         return NULL;
     }
     return c;
