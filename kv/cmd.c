@@ -1682,17 +1682,38 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
 
 /* Runs one record of the primary's log: a write, with its arguments, that
  * succeeds here as it did there. */
-static int apply_record(kv *k, const resp_arg *a, size_t argc,
-                        const char **err) {
+/* A record's command, if it is one the log holds (a write, or a logged
+ * PUBLISH) with its arguments; else NULL and *err says why, naming the
+ * command: its first 32 bytes, each one not printable as '?' (the reason
+ * goes into a log line). Refusals are written to one buffer: the loop's
+ * thread only, read before the next record is looked at. */
+static const kv_cmd *record_cmd(const resp_arg *a, size_t argc,
+                                const char **err) {
     if (argc == 0) {
         *err = "empty record";
-        return -EPROTO;
+        return NULL;
     }
     const kv_cmd *c = kv_command(&a[0]);
     if (!c || !(c->flags & (CMD_WRITE | CMD_LOGGED)) || !kv_arity_ok(c, argc)) {
-        *err = "not a logged write with its arguments";
-        return -EPROTO;
+        static char why[96];
+        char name[33];
+        size_t n = a[0].len < 32 ? a[0].len : 32;
+        for (size_t i = 0; i < n; i++)
+            name[i] = a[0].p[i] >= 0x20 && a[0].p[i] < 0x7f ? a[0].p[i] : '?';
+        name[n] = 0;
+        snprintf(why, sizeof why,
+                 "'%s%s': not a logged write with its arguments", name,
+                 a[0].len > 32 ? "..." : "");
+        *err = why;
+        return NULL;
     }
+    return c;
+}
+
+static int apply_record(kv *k, const resp_arg *a, size_t argc,
+                        const char **err) {
+    const kv_cmd *c = record_cmd(a, argc, err);
+    if (!c) return -EPROTO;
     /* A message published before this replica's sync point: heard (or
      * not) when it was published; k->offset is its record's start (a
      * transaction's: the sync point is never inside one). */
@@ -1776,6 +1797,9 @@ static long transaction_end(kv *k, resp_limits *lim, resp_arg **argv,
             *err = "a MULTI inside a transaction";
             return -EPROTO;
         }
+        /* Each record is looked at before any is applied: a transaction
+         * refused part way would leave half of it in the keyspace. */
+        if (!record_cmd(*argv, argc, err)) return -EPROTO;
     }
 }
 
@@ -1785,6 +1809,7 @@ long kv_apply_stream(kv *k, const resp_limits *limits, resp_arg *argv,
     resp_limits lim = *limits; /* max_args follows argv as it grows */
     size_t off = 0;
     *need = 1;
+    k->torn = false;
     while (off < len) {
         /* The log holds multibulk requests only: an inline line here is
          * not lull-kv's log. */
@@ -1814,7 +1839,13 @@ long kv_apply_stream(kv *k, const resp_limits *limits, resp_arg *argv,
                 if (pos == (size_t)t) break; /* the EXEC */
                 int rc = apply_record(k, argv, argc, err);
                 if (rc == -ENOMEM) *err = "out of memory";
-                if (rc < 0) return rc;
+                if (rc < 0) {
+                    /* Its records before this one are in (each was a
+                     * write, checked by transaction_end; this one failed
+                     * running). */
+                    k->torn = pos - (size_t)m > end;
+                    return rc;
+                }
             }
             end = (size_t)t;
         } else {

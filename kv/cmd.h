@@ -131,6 +131,10 @@ struct kv {
      * the next call scans on from there. 0: none. The owner zeroes it when
      * the stream starts over (a new link). */
     size_t txn_scanned;
+    /* The last kv_apply_stream failed inside a transaction with some of
+     * its records applied: the keyspace is at no offset of the primary's
+     * history (the owner's next sync must be a full one). */
+    bool torn;
     /* Both: */
     size_t max_string; /* proto-max-bulk-len: a client's APPEND may not
                           grow a string past it (0: no bound) */
@@ -253,7 +257,10 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out);
  * more: *need is how many of the rest must be there before another call
  * can take any, see resp_parse_need), or -EPROTO with *err set: a request
  * that is not multibulk, a protocol error, or a record that is not a
- * write or that fails (the two keyspaces have diverged); or -ENOMEM. */
+ * write or that fails (the two keyspaces have diverged); or -ENOMEM.
+ * A transaction (MULTI ... EXEC) is applied once it is all in, and only
+ * if each of its records is a logged write with its arguments; one that
+ * fails as it runs sets k->torn. */
 long kv_apply_stream(kv *k, const resp_limits *lim, resp_arg *argv,
                      const char *bytes, size_t len, const char **err,
                      size_t *need);

@@ -1467,6 +1467,13 @@ static void master_down(server *srv) {
     store_free(&m->snap_db);
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
+    /* A link lost before it held RETRY_MAX_NS (a primary that takes the
+     * handshake and hangs up, over and over) was a failed attempt: the
+     * backoff goes on from before its handshake, else it would reconnect
+     * every 100 ms for ever, each time a full sync. One that held longer
+     * was working, and its loss is retried at once. */
+    if (m->backoff_was && lull_loop_now(srv->loop) - m->up_ns < RETRY_MAX_NS)
+        m->backoff_ns = m->backoff_was;
     m->backoff_was = 0;
     if (srv->stopping) return;
     srv_log(srv, "replica: retrying %s:%d in %" PRIu64 " ms", m->host, m->port,
@@ -1661,9 +1668,12 @@ static int master_handshake(server *srv) {
             k->offset = 0;
             memcpy(m->replid, id, sizeof id);
         }
-    } else if (strncmp(line, "+CONTINUE ", 10) == 0 &&
+    } else if (strncmp(line, "+CONTINUE ", 10) == 0 && m->replid[0] &&
                line_offset(line + 10, &off) && off == k->offset) {
-        /* the same history: from our offset */
+        /* the same history: from our offset (a replica that asked with
+         * no replid has none to continue: new, or its keyspace at no
+         * offset known, after a snapshot cut short or a torn
+         * transaction) */
     } else {
         return master_malformed(srv, "not +FULLRESYNC or +CONTINUE"), -1;
     }
@@ -1797,8 +1807,15 @@ static long apply_snapshot(server *srv) {
     while (m->snap && off < m->in.len) {
         size_t argc, need;
         const char *err = "";
-        long n = parse_record(srv, &lim, m->in.p + off, m->in.len - off, &argc,
-                              &err, &need);
+        /* Records are multibulk requests, as the log's: anything else (a
+         * snapshot in another format, Redis' RDB) is refused at its first
+         * byte, not parsed as an inline line whose end may never come. */
+        long n = RESP_ERROR;
+        if (m->in.p[off] != '*')
+            err = "a record that is not a multibulk request";
+        else
+            n = parse_record(srv, &lim, m->in.p + off, m->in.len - off, &argc,
+                             &err, &need);
         if (n == RESP_INCOMPLETE) {
             m->need = need;
             break;
@@ -1895,10 +1912,12 @@ static void master_frame(lull_endpoint *ep, const void *bytes, size_t len) {
                                    m->in.len, &err, &m->need);
     if (n < 0) {
         /* Out of memory part way through a record (an RPUSH of many, a
-         * transaction) leaves part of it applied at the offset before it:
-         * resumed there, the replica would apply that part twice. Its
-         * keyspace is no offset's now: the next sync is a full one. */
-        if (n == -ENOMEM) m->replid[0] = 0;
+         * transaction), or a transaction's record that failed running
+         * after others of it were applied (torn), leaves part of it
+         * applied at the offset before it: resumed there, the replica
+         * would apply that part twice. Its keyspace is no offset's now:
+         * the next sync is a full one. */
+        if (n == -ENOMEM || srv->kv.torn) m->replid[0] = 0;
         master_failed(srv, err, n == -ENOMEM);
         return;
     }

@@ -142,7 +142,8 @@ enum { M_DOWN, M_CONNECTING, M_SYNC, M_UP, M_RESOLVING };
  *                    lookup under way
  *   next retry       the retry timer, backoff_ns after the failure (100 ms,
  *                    doubling to 5 s; a completed handshake resets it,
- *                    unless the link then proves malformed)
+ *                    unless the link then proves malformed or is lost
+ *                    within 5 s)
  *   quiet            connected or connecting: no timer, one socket in
  *                    epoll; acks are sent only after records were applied
  * There is no periodic check of a live link: a dead primary is seen as the
@@ -167,7 +168,8 @@ typedef struct master {
     lull_timer retry;
     uint64_t backoff_ns;  /* the next retry's delay */
     uint64_t backoff_was; /* backoff_ns when this link's handshake reset it
-                             (a link found malformed goes on from it); 0 */
+                             (a link found malformed, or lost within
+                             RETRY_MAX_NS, goes on from it); 0 */
     lull_task ack;        /* sends REPLACK <offset> */
     lull_frame ack_frame; /* its bytes: ack_buf (no allocation per ack) */
     char ack_buf[64];     /* the REPLACK request in flight */

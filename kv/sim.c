@@ -228,7 +228,12 @@ typedef struct node {
      * the same at the next look (a snapshot begun and loaded in one
      * event clears it and sets it back); 2: from a snapshot. */
     int full_seen;
-    uint64_t backoff_ms; /* its next retry's wait by link.c's rule; 0: 100 */
+    uint64_t backoff_ms;  /* its next retry's wait by link.c's rule; 0: 100 */
+    uint64_t backoff_was; /* backoff_ms's wait as its last handshake came
+                             (100 for 0); 0: no handshake since the last
+                             retry */
+    uint64_t up_ns;       /* when that handshake came (virtual ns, as
+                             link.c compares them) */
 } node;
 
 /* P_MKEY: MSET, MGET, DEL or MSETNX of 2 or 3 of the client's keys,
@@ -1391,11 +1396,21 @@ static void sim_log(server *srv, const char *line) {
         strstr(line, "connect to"))
         n->why_down = true;
     /* The reconnect backoff (docs/KV.md): 100 ms after a handshake
-     * that succeeded, doubled per retry up to 5 s. Longer waits pass
-     * every other check (the settle is long): they only slow recovery. */
-    if (strstr(line, "in sync with") || strstr(line, "full sync with"))
+     * that succeeded, doubled per retry up to 5 s; a link lost within
+     * 5 s of its handshake goes on from the backoff before it. Longer
+     * waits pass every other check (the settle is long): they only slow
+     * recovery. */
+    uint64_t now_ns = lull_loop_now(S->loop);
+    if (strstr(line, "(continue)") || strstr(line, "(full)") ||
+        strstr(line, "full sync with")) { /* a handshake */
+        n->backoff_was = n->backoff_ms ? n->backoff_ms : 100;
+        n->up_ns = now_ns;
         n->backoff_ms = 0;
+    }
     if (strstr(line, "replica: retrying")) {
+        if (n->backoff_was && now_ns - n->up_ns < 5000 * MS)
+            n->backoff_ms = n->backoff_was;
+        n->backoff_was = 0;
         if (!n->why_down)
             fail(S,
                  "%s: its link went down with no reason said (offset "
@@ -1408,7 +1423,8 @@ static void sim_log(server *srv, const char *line) {
         if (ms != want && !S->failed)
             fail(S,
                  "%s: retries in %" PRIu64 " ms, its backoff is %" PRIu64
-                 " ms (100 after a sync, doubled per retry to 5000)",
+                 " ms (100 after a sync held 5 s, doubled per retry to "
+                 "5000)",
                  n->name, ms, want);
         n->backoff_ms = want * 2 > 5000 ? 5000 : want * 2;
     }

@@ -918,6 +918,41 @@ TEST(repl_malformed_stream) {
     }
 }
 
+/* A record refused as no logged write names its command in the line the
+ * replica logs (up to 32 bytes, what is not printable as '?'): it said
+ * "not a logged write with its arguments", and the reader was left to
+ * guess which of the primary's records that was (a PING, a SELECT). */
+TEST(repl_refused_record_names_its_command) {
+    static const struct {
+        const char *in;
+        size_t n;
+        const char *named;
+    } cases[] = {
+        {S("*2\r\n$6\r\nSELECT\r\n$1\r\n9\r\n"), "'SELECT'"},
+        {S("*1\r\n$4\r\nPING\r\n"), "'PING'"},
+        {S("*2\r\n$3\r\nSET\r\n$1\r\na\r\n"), "'SET'"},
+        {S("*1\r\n$5\r\nMULTI\r\n*1\r\n$3\r\nF\nO\r\n"
+           "*1\r\n$4\r\nEXEC\r\n"),
+         "'F?O'"},
+        {S("*1\r\n$40\r\n0123456789012345678901234567890123456789\r\n"),
+         "'01234567890123456789012345678901...'"},
+    };
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    size_t need;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kv r;
+        kv_setup(&r, true);
+        const char *err = NULL;
+        long got = kv_apply_stream(&r, &lim, argv, cases[i].in, cases[i].n,
+                                   &err, &need);
+        if (got != -EPROTO || !err || !strstr(err, cases[i].named))
+            check_fail(__FILE__, __LINE__, "case %zu: %ld, \"%s\"", i, got,
+                       err ? err : "(none)");
+        kv_free(&r);
+    }
+}
+
 /* A transaction arriving in pieces is scanned for its EXEC once: each
  * call goes on from where the last one stopped, not from its MULTI. The
  * scan started over at every read, so a transaction of n bytes cost the

@@ -1846,6 +1846,77 @@ TEST(replica_backs_off_from_a_primary_that_sends_garbage) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Connects in 10 virtual seconds to a primary that answers the first
+ * REPLSYNC with `first`, every later one with `answer` (NULL: `first`),
+ * and then closes its end (EOF), the link up for no time. */
+static int connects_to_a_primary_that_hangs_up(const char *first,
+                                               const char *answer) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    static server r;
+    memset(&r, 0, sizeof r);
+    server_defaults(&r);
+    r.log = quiet_log;
+    r.kv.replica = true;
+    snprintf(r.m.host, sizeof r.m.host, "pair");
+    snprintf(r.m.addr, sizeof r.m.addr, "pair");
+    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
+    silent_connects = 0;
+    server_start(&r);
+    int answered = 0, ups = 0;
+    while (lull_loop_now(loop) < 10000000000ull && silent_connects < 256) {
+        if (r.m.state == M_SYNC && answered < silent_connects) {
+            int fd = silent_fds[silent_connects - 1];
+            const char *a = silent_connects > 1 && answer ? answer : first;
+            send_all(fd, a, strlen(a));
+            CHECK_EQ(shutdown(fd, SHUT_WR), 0);
+            answered = silent_connects;
+        }
+        int was = r.m.state;
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
+        if (was != M_UP && r.m.state == M_UP) ups++;
+    }
+    CHECK(ups > 0); /* the handshake was taken each time */
+    int n = silent_connects;
+    if (n > 8) fprintf(stderr, "%d connects in 10 s\n", n);
+    stop_silent_replica(loop, &r);
+    for (int i = 0; i < n; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return n;
+}
+
+/* A primary that takes the handshake and hangs up at once, again and
+ * again (its snapshot cut short each time, or a +CONTINUE and nothing
+ * more): the replica backs off as from a refused connect. The handshake
+ * reset the backoff, and an EOF (unlike a malformed stream) did not put it
+ * back, so it reconnected every 100 ms for ever, each time a full sync
+ * (a forked snapshot on a real primary) and two log lines. A link lost
+ * before it held RETRY_MAX_NS counts as a failed attempt. Virtual time:
+ * ten seconds pass at once; 100 ms doubling to 5 s connects at 0, 0.1,
+ * 0.3, 0.7, 1.5, 3.1 and 6.3 s. */
+TEST(replica_backs_off_from_a_primary_that_hangs_up_after_the_handshake) {
+    int n = connects_to_a_primary_that_hangs_up(
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\n",
+        NULL);
+    CHECK(n >= 5 && n <= 8);
+    n = connects_to_a_primary_that_hangs_up(
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n"
+        "*1\r\n$5\r\nMULTI\r\n",
+        NULL);
+    CHECK(n >= 5 && n <= 8);
+    /* A replay from 0 gives the replica a history to continue. */
+    n = connects_to_a_primary_that_hangs_up(
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 0\r\n",
+        "+CONTINUE 0\r\n");
+    CHECK(n >= 5 && n <= 8);
+}
+
 static bool minutes_up;
 static void minutes_fired(lull_timer *t) {
     (void)t;
@@ -2737,6 +2808,51 @@ static void fake_replica_end(lull_loop *loop, server *r) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+static int malformed_lines;
+static void count_malformed(server *srv, const char *line) {
+    quiet_log(srv, line);
+    if (strstr(line, "malformed")) malformed_lines++;
+}
+
+/* A snapshot in a format lull-kv does not write (Redis' RDB, sent bare
+ * as by a primary that is not lull-kv, or any bytes that are not a
+ * multibulk record): refused at its first byte, as the log's records
+ * are. The snapshot's parser took it for an inline request and waited
+ * for its line's end, up to 64 KiB: a primary that sent less and kept
+ * the link open held the replica in "a snapshot comes first" for good. */
+TEST(replica_refuses_a_snapshot_in_another_format_at_once) {
+    static const char *const snaps[] = {
+        "REDIS0011\xfa\x09redis-ver\x05"
+        "7.0.0",
+        "$30\r\nREDIS0011", /* its first line whole */
+        "SET a b",
+    };
+    for (size_t i = 0; i < sizeof snaps / sizeof *snaps; i++) {
+        lull_loop *loop;
+        static server r;
+        memset(&r, 0, sizeof r);
+        silent_connects = malformed_lines = 0;
+        fake_replica_synced(&loop, &r, count_malformed);
+        char all[256];
+        int n = snprintf(all, sizeof all,
+                         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc"
+                         " 5000\r\n%s",
+                         snaps[i]);
+        send_all(fake_fd, all, (size_t)n);
+        /* Every byte sent is read in a few turns. */
+        for (int t = 0; t < 100 && malformed_lines == 0; t++)
+            lull_loop_run(loop, LULL_RUN_NOWAIT);
+        if (malformed_lines == 0)
+            fprintf(stderr, "snapshot %zu: still waiting\n", i);
+        CHECK_EQ(malformed_lines, 1);
+        CHECK(r.m.state != M_UP);
+        char tmp[256];
+        while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
+        }
+        fake_replica_end(loop, &r);
+    }
+}
+
 TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     snap_marker = 0;
     lull_loop *loop;
@@ -2837,10 +2953,102 @@ TEST(replica_refuses_a_continue_at_another_offset) {
         refused_offset("+CONTINUE %s\r\n", cont[i]);
 }
 
+/* A +CONTINUE to a replica that asked with no history (REPLSYNC ?: a
+ * fresh one, or one whose keyspace is at no offset after a snapshot cut
+ * short, a torn transaction or running out of memory inside a record): a
+ * primary holds no history of it to continue. It was taken when its
+ * offset matched the replica's, and the log applied on that keyspace as
+ * if it were the primary's at that offset. Refused as a malformed answer,
+ * so the replica keeps asking for a full sync. */
+TEST(replica_refuses_a_continue_when_it_asked_with_no_history) {
+    refused_offset("+CONTINUE %s\r\n", "0");
+}
+
 /* A +FULLRESYNC line whose replid is not where Redis writes it, one space
  * after the word: the offset was read from a fixed column, so with no
  * space "...c 15" was taken as offset 5 (and with two, " 5" refused only
  * by luck). The line is refused whole, as any other malformed one. */
+/* A replica on fake_net takes a replay from 0 (the replid at once), the
+ * records `before` and then `txn`, a transaction the primary's stream
+ * breaks off inside (a record that is no write, or one that fails here).
+ * The link closes with a line; returns the replica's "n". */
+static bool torn_kept; /* the last one's replica kept its replid */
+static long long torn_transaction(const char *before, const char *txn) {
+    lull_loop *loop;
+    static server r;
+    memset(&r, 0, sizeof r);
+    silent_connects = malformed_lines = 0;
+    fake_replica_synced(&loop, &r, count_malformed);
+    char all[512];
+    int n = snprintf(all, sizeof all,
+                     "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
+                     "0\r\n%s%s",
+                     before, txn);
+    send_all(fake_fd, all, (size_t)n);
+    uint64_t t0 = now_ms();
+    while (malformed_lines == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(r.m.state != M_UP);
+    /* The records before the transaction were applied: the replica is at
+     * their end (the MULTI's offset), where it asks to continue. */
+    CHECK_U64_EQ(r.kv.offset, strlen(before));
+    resp_arg get[2] = {{"GET", 3}, {"n", 1}};
+    buf out = {0};
+    kv_exec(&r.kv, NULL, get, 2, &out);
+    long long v = -1;
+    if (out.len > 4 && out.p[0] == '$' && out.p[1] != '-')
+        v = atoll(strchr(out.p, '\n') + 1);
+    buf_free(&out);
+    bool kept = torn_kept = r.m.replid[0] != 0;
+    char tmp[256];
+    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
+    }
+    fake_replica_end(loop, &r);
+    /* Either none of the transaction is applied and the replica may
+     * continue from its MULTI, or its keyspace is at no offset of that
+     * history and the next sync must be a full one. */
+    CHECK(v == 1 || !kept);
+    return v;
+}
+
+/* A transaction is applied as a unit (docs/KV.md), but a primary's
+ * transaction broken off inside was applied up to the bad record: the
+ * replica kept the writes before it at the MULTI's offset with the same
+ * replid, so a +CONTINUE from that offset applied them a second time
+ * (INCR n twice, and again at every retry). A record that is no write
+ * (unknown, wrong arity, SELECT) is now found while the transaction is
+ * scanned, before any of it is applied; one that fails as it is applied
+ * (the keyspaces have diverged) leaves a keyspace at no offset, and the
+ * next sync is a full one, as after running out of memory inside one. */
+TEST(replica_applies_none_of_a_malformed_transaction) {
+    static const char incr[] = "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"
+                               "*3\r\n$3\r\nSET\r\n$1\r\ns\r\n$3\r\nabc\r\n";
+    static const char *const bad[] = {
+        "*3\r\n$3\r\nFOO\r\n$1\r\nx\r\n$1\r\ny\r\n", /* unknown */
+        "*2\r\n$3\r\nSET\r\n$1\r\nx\r\n",            /* wrong arity */
+        "*2\r\n$6\r\nSELECT\r\n$1\r\n9\r\n",         /* no write */
+        "*1\r\n$4\r\nPING\r\n",                      /* no write */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char txn[256];
+        snprintf(txn, sizeof txn,
+                 "*1\r\n$5\r\nMULTI\r\n*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n%s"
+                 "*1\r\n$4\r\nEXEC\r\n",
+                 bad[i]);
+        CHECK_EQ(torn_transaction(incr, txn), 1);
+    }
+    /* INCR of "abc" fails here: the INCR before it in the transaction is
+     * in, and the replica must not resume from the MULTI. */
+    CHECK_EQ(torn_transaction(incr, "*1\r\n$5\r\nMULTI\r\n"
+                                    "*2\r\n$4\r\nINCR\r\n$1\r\nn\r\n"
+                                    "*2\r\n$4\r\nINCR\r\n$1\r\ns\r\n"
+                                    "*1\r\n$4\r\nEXEC\r\n"),
+             2);
+    CHECK(!torn_kept);
+}
+
 TEST(replica_refuses_a_fullresync_with_its_replid_out_of_place) {
     refused_offset("+FULLRESYNCcccccccccccccccccccccccccccccccccccccccc "
                    "%s\r\n*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n0\r\n"
@@ -4653,7 +4861,7 @@ TEST(client_without_memory_for_its_connection_is_logged_once) {
  * said "malformed replication stream from <primary>": a reader looked for
  * a bug in the primary. It says out of memory, and not malformed. Each
  * allocation of the replica's apply fails in turn. */
-static int malformed_lines, replica_oom_lines;
+static int replica_oom_lines;
 static void count_replica_oom(server *srv, const char *line) {
     quiet_log(srv, line);
     if (strstr(line, "malformed")) malformed_lines++;
