@@ -553,15 +553,20 @@ iterate_once(lull_loop *loop, bool may_block, uint64_t t0) {
  * iterations leave the loop in the same states, hop for hop, and count the
  * same iterations, polls and callbacks. */
 
+/* Nothing waits but ready tasks: no stop, timer, flush task, stale
+ * registration or wakeup to attribute. */
+static inline bool plain_hops_only_tasks(const lull_loop *loop) {
+    return !loop->stop && !lull__queue_empty(&loop->ready) &&
+           lull__queue_empty(&loop->due) && lull__queue_empty(&loop->flush) &&
+           (loop->heap.len | loop->heap.pend) == 0 && !loop->overruns_len &&
+           !loop->backend_stale && !loop->audit_timer;
+}
+
 /* The unread state, between hops: the previous slice ended unread at t,
  * its quantum still as its start left it, and nothing waits but tasks. */
 static inline bool plain_hop_may_start(const lull_loop *loop, uint64_t t) {
     return loop->time_stale && loop->quantum_intact && t == loop->slice_start &&
-           t == loop->read_time && !loop->stop &&
-           !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->due) &&
-           lull__queue_empty(&loop->flush) &&
-           (loop->heap.len | loop->heap.pend) == 0 && !loop->overruns_len &&
-           !loop->backend_stale && !loop->audit_timer;
+           t == loop->read_time && plain_hops_only_tasks(loop);
 }
 
 /* After a hop's callback: it asked nothing of the slice (no
@@ -600,6 +605,34 @@ plain_hop_ends(lull_loop *loop, bool spent) {
     return end_iteration(loop);
 }
 
+/* A hop plain_hop_untouched turned away. One such hop comes in every
+ * LULL__EVERY_CALLBACK_READS however little the callbacks ask: the one
+ * whose end reads the clock. Its read and its slice's end are the general
+ * steps (plain_hop_ends); the hops go on from there rather than leave for
+ * the general iteration and come back, as they would the moment that
+ * iteration's hop ended: the next hop begins its slice at the reading, as
+ * poll_and_dispatch_io would, and it ends as a plain hop does. So
+ * time_stale is set at that begin, not at the hop's end: only a slice's
+ * end reads it, and every end writes it before (an unread end sets it, a
+ * read clears it, and an end with neither reads). Anything a callback
+ * asked for leaves, as from any hop. Returns true when the hops go on,
+ * false when the general iteration takes over (*t: the end's reading). */
+LULL__HOT __attribute__((noinline)) static bool
+plain_hop_turned(lull_loop *loop, uint64_t *t) {
+    /* plain_hop_untouched but for the reading's turn. */
+    bool read_due =
+        loop->countdown == 1 && !loop->slice_spent && loop->time_stale &&
+        (loop->heap.len | loop->heap.pend) == 0 &&
+        loop->unread_ends + 1 >= LULL__EVERY_CALLBACK_READS &&
+        !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
+    *t = plain_hop_ends(loop, lull__after_callback(loop));
+    if (!read_due || !plain_hops_only_tasks(loop)) return false;
+    move_now(loop, *t);
+    lull__slice_begin(loop, *t);
+    loop->time_stale = true;
+    return true;
+}
+
 /* Runs plain hops from the unread state at t; returns the reading that
  * ends the last iteration, as iterate does. */
 LULL__HOT __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
@@ -623,8 +656,10 @@ LULL__HOT __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
                     "while pending?)");
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);
-        if (LULL_UNLIKELY(!plain_hop_untouched(loop)))
-            return plain_hop_ends(loop, lull__after_callback(loop));
+        if (LULL_UNLIKELY(!plain_hop_untouched(loop))) {
+            if (!plain_hop_turned(loop, &t)) return t;
+            continue;
+        }
         loop->unread_ends++;
 #ifndef NDEBUG
         loop_verify(loop);

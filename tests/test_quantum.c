@@ -938,6 +938,100 @@ TEST(plain_hops_flush_a_write_at_the_end_of_its_hop) {
     asker_done(loop);
 }
 
+/* The hop whose end takes the every-64th reading (hop 64, 128, ... of a
+ * run), and the hops around it, stay plain hops (src/loop.c,
+ * plain_hop_turned): whatever one of them asks is served where the general
+ * iteration serves it, and the counts, busy time, now and the clock reads
+ * come out the same. LULL_LOOP_AUTO_ADVANCE, a no-op on the real clock,
+ * keeps a loop on the general iteration. */
+typedef struct ask_outcome {
+    int hops, io_at, timer_at, other_at, runs;
+    lull_metrics seen, end;
+    uint64_t now, reads;
+} ask_outcome;
+
+static ask_outcome ask_run(int what, int at, unsigned flags) {
+    lull_loop *loop = asker_loop(what, 300, at);
+    if (flags) {
+        /* asker_loop's loop again, with flags: nothing of it is armed yet
+         * but the chain's first post. */
+        lull_task_cancel(&ask.task);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        lull_loop_options o = {.quantum_ns = 1, .flags = flags};
+        fake_clock.reads = 0; /* as every_hop_loop's, before the new */
+        CHECK_EQ(lull_loop_new(&loop, &o), 0);
+        the_loop = loop;
+        lull_timer_init(loop, &ask.timer, asker_timer);
+        lull_task_post(loop, &ask.task);
+    }
+    if (what == ASK_FD) {
+        CHECK_EQ(pipe2(ask.fds, O_NONBLOCK | O_CLOEXEC), 0);
+        CHECK_EQ(lull_io_init(loop, &ask.io, ask.fds[0], asker_io), 0);
+        CHECK_EQ(lull_io_start(&ask.io, LULL_READABLE), 0);
+    }
+    ask_outcome o;
+    memset(&o, 0, sizeof o);
+    while (lull_task_pending(&ask.task)) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        o.runs++;
+    }
+    o.hops = ask.hops;
+    o.io_at = ask.io_at;
+    o.timer_at = ask.timer_at;
+    o.other_at = ask.other_at;
+    o.seen = ask.seen;
+    lull_loop_metrics(loop, &o.end);
+    o.now = lull_loop_now(loop);
+    o.reads = fake_clock.reads;
+    if (what == ASK_FD) {
+        close(ask.fds[0]);
+        close(ask.fds[1]);
+    }
+    asker_done(loop);
+    return o;
+}
+
+static void same_metrics(const lull_metrics *a, const lull_metrics *b) {
+    CHECK_U64_EQ(a->iterations, b->iterations);
+    CHECK_U64_EQ(a->polls, b->polls);
+    CHECK_U64_EQ(a->empty_polls, b->empty_polls);
+    CHECK_U64_EQ(a->tasks_run, b->tasks_run);
+    CHECK_U64_EQ(a->busy_ns, b->busy_ns);
+    CHECK_U64_EQ(a->idle_ns, b->idle_ns);
+    CHECK_U64_EQ(a->wakeups, b->wakeups);
+    CHECK_U64_EQ(a->stalls, b->stalls);
+    CHECK_U64_EQ(a->task_wait.count, b->task_wait.count);
+}
+
+TEST(plain_hops_at_the_64th_reading_serve_what_a_hop_asks_as_ever) {
+    static const int asks[] = {ASK_FD,     ASK_TIMER,   ASK_STOP,
+                               ASK_REMOTE, ASK_METRICS, ASK_YIELD};
+    static const int ats[] = {63, 64, 65, 66, 127, 128, 129};
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+        for (size_t j = 0; j < sizeof ats / sizeof ats[0]; j++) {
+            ask_outcome plain = ask_run(asks[i], ats[j], 0);
+            ask_outcome general =
+                ask_run(asks[i], ats[j], LULL_LOOP_AUTO_ADVANCE);
+            CHECK_EQ(plain.hops, 300);
+            CHECK_EQ(general.hops, 300);
+            CHECK_EQ(plain.runs, general.runs);
+            CHECK_EQ(plain.io_at, general.io_at);
+            CHECK_EQ(plain.timer_at, general.timer_at);
+            CHECK_EQ(plain.other_at, general.other_at);
+            same_metrics(&plain.seen, &general.seen);
+            same_metrics(&plain.end, &general.end);
+            CHECK_U64_EQ(plain.now, general.now);
+            CHECK_U64_EQ(plain.reads, general.reads);
+        }
+    }
+    /* The cases asked what they were meant to: each was served. */
+    CHECK_EQ(ask_run(ASK_FD, 64, 0).io_at, 64);
+    CHECK_EQ(ask_run(ASK_TIMER, 64, 0).timer_at, 74);
+    CHECK_EQ(ask_run(ASK_STOP, 64, 0).runs, 2);
+    CHECK_EQ(ask_run(ASK_REMOTE, 64, 0).other_at, 65);
+    CHECK_U64_EQ(ask_run(ASK_METRICS, 65, 0).seen.iterations, 65);
+}
+
 /* lull_loop_now never goes back, though an every-hop loop's unread hops
  * keep an older reading than a callback's lull_loop_now_exact took. */
 static uint64_t now_last;
