@@ -505,12 +505,14 @@ static inline void lull__call_node(lull_loop *loop, lull__node *n) {
 
 /* Counts and runs one unlinked node of a queue. A task's aux is a
  * wait-sample tag; a timer's is its heap slot (a repeating timer is armed
- * for its next period while queued). */
-void lull__dispatch_sampled(lull_loop *loop, lull__node *n);
+ * for its next period while queued). Either is rare on the ready queue,
+ * so the two are told apart out of line (lull__dispatch_aux): a node
+ * without costs the test of one word, not also a load of its flags. */
+void lull__dispatch_aux(lull_loop *loop, lull__node *n);
 static inline void lull__dispatch_node(lull_loop *loop, lull__node *n) {
     loop->tasks_run++;
-    if (LULL_UNLIKELY(n->aux) && !(n->flags & LULL__NODE_TIMER)) {
-        lull__dispatch_sampled(loop, n);
+    if (LULL_UNLIKELY(n->aux)) {
+        lull__dispatch_aux(loop, n);
         return;
     }
     lull__call_node(loop, n);

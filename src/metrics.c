@@ -123,10 +123,16 @@ void lull__wait_sample_begin(lull_loop *loop, lull__node *n) {
     loop->sample_posted = lull__clock_real();
 }
 
-/* Runs a tagged task, timing its wait and its run if the tag is the newest
- * (its post time is the one kept). The task may be freed or re-posted by its
- * callback: only the clock is read afterwards. */
-void lull__dispatch_sampled(lull_loop *loop, lull__node *n) {
+/* Runs a node with an aux (lull__dispatch_node): a timer's is its heap
+ * slot, and it runs untimed; a task's is its sample tag, and its wait and
+ * its run are timed if the tag is the newest (its post time is the one
+ * kept). The task may be freed or re-posted by its callback: only the
+ * clock is read afterwards. */
+void lull__dispatch_aux(lull_loop *loop, lull__node *n) {
+    if (n->flags & LULL__NODE_TIMER) {
+        lull__call_node(loop, n);
+        return;
+    }
     bool current = n->aux == loop->sample_seq;
     n->aux = 0;
     if (!current) {
