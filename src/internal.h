@@ -332,6 +332,11 @@ struct lull_loop {
     uint64_t busy_start;    /* real ns the current slice began (busy_ns) */
 
     uint64_t tasks_run_base; /* tasks_run at the last metrics reset */
+    uint64_t plain_hops;     /* hops run as plain hops (src/loop.c) since the
+                                last metrics reset: each is one iteration,
+                                poll and empty poll, which lull_loop_metrics
+                                adds to m's counts (one store a hop, not
+                                three) */
 
     /* Wake audit (src/audit.c). */
     lull__source *sources;

@@ -592,6 +592,10 @@ static inline bool plain_hop_untouched(const lull_loop *loop) {
  * from its poll on (poll_and_dispatch_io). */
 __attribute__((noinline)) static uint64_t plain_hop_found(lull_loop *loop,
                                                           int n) {
+    /* Counted as a plain hop, whose look found nothing: an iteration whose
+     * look is counted here. */
+    loop->plain_hops--;
+    loop->m.iterations++;
     n = counted_look(loop, n);
     take_io_and_posts(loop, n);
     return iterate_rest(loop, true, n);
@@ -645,11 +649,14 @@ LULL__HOT __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
     /* An empty look stores nothing: no event is left from before. */
     loop->events_len = loop->events_next = 0;
     for (;;) {
-        loop->m.iterations++;
+        /* The iteration, its look and that look's finding nothing, counted
+         * at once (lull_loop_metrics): before the look, as the general
+         * iteration counts it; plain_hop_found takes back what the look
+         * did not find. */
+        loop->plain_hops++;
         int n = lull__backend_look(loop);
         if (LULL_UNLIKELY(n != 0 || lull__remote_pending(loop)))
             return plain_hop_found(loop, n);
-        (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
         LULL_ASSERT(lull__queue_head_ok(&loop->ready, node),
                     "lull: ready queue corrupted (a task freed or set up again "

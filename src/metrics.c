@@ -97,6 +97,9 @@ void lull_loop_metrics(lull_loop *loop, lull_metrics *out) {
     LULL_ASSERT_LOOP_THREAD(loop); /* the loop writes these as it runs */
     *out = loop->m;
     out->tasks_run = loop->tasks_run - loop->tasks_run_base;
+    out->iterations += loop->plain_hops;
+    out->polls += loop->plain_hops;
+    out->empty_polls += loop->plain_hops;
     summarize(&loop->wait_hist, &out->task_wait);
     summarize(&loop->run_hist, &out->task_run);
     lull__live_count(loop, out);
@@ -106,6 +109,7 @@ void lull_loop_metrics_reset(lull_loop *loop) {
     if (!loop) return;
     LULL_ASSERT_LOOP_THREAD(loop);
     memset(&loop->m, 0, sizeof loop->m);
+    loop->plain_hops = 0;
     memset(&loop->wait_hist, 0, sizeof loop->wait_hist);
     memset(&loop->run_hist, 0, sizeof loop->run_hist);
     /* tasks_run itself never goes back: lull_loop_settle counts through it, and

@@ -755,7 +755,8 @@ enum {
     ASK_YIELD,
     ASK_REMOTE,
     ASK_METRICS,
-    ASK_SEND
+    ASK_SEND,
+    ASK_RESET
 };
 
 typedef struct asker {
@@ -818,6 +819,9 @@ static void asker_hop(lull_task *t) {
         break;
     case ASK_METRICS:
         lull_loop_metrics(the_loop, &a->seen);
+        break;
+    case ASK_RESET:
+        lull_loop_metrics_reset(the_loop);
         break;
     case ASK_SEND:
         CHECK_EQ(lull_endpoint_send_copy(&a->stream.ep, "hello", 5), 0);
@@ -922,6 +926,22 @@ TEST(plain_hops_count_every_hop_as_it_happens) {
     asker_done(loop);
 }
 
+/* A reset inside hop 100 leaves the hops after it, every one counted.
+ * (Not busy_ns: the time since the last reading, hop 64's, is added at
+ * the next, after the reset.) */
+TEST(plain_hops_count_from_a_reset_made_mid_chain) {
+    lull_loop *loop = asker_loop(ASK_RESET, 300, 100);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 300);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.iterations, 200);
+    CHECK_U64_EQ(m.polls, 200);
+    CHECK_U64_EQ(m.empty_polls, 200);
+    CHECK_U64_EQ(m.tasks_run, 200);
+    asker_done(loop);
+}
+
 TEST(plain_hops_flush_a_write_at_the_end_of_its_hop) {
     lull_loop *loop = asker_loop(ASK_SEND, 300, 100);
     int sv[2];
@@ -1004,8 +1024,8 @@ static void same_metrics(const lull_metrics *a, const lull_metrics *b) {
 }
 
 TEST(plain_hops_at_the_64th_reading_serve_what_a_hop_asks_as_ever) {
-    static const int asks[] = {ASK_FD,     ASK_TIMER,   ASK_STOP,
-                               ASK_REMOTE, ASK_METRICS, ASK_YIELD};
+    static const int asks[] = {ASK_FD,      ASK_TIMER, ASK_STOP, ASK_REMOTE,
+                               ASK_METRICS, ASK_YIELD, ASK_RESET};
     static const int ats[] = {63, 64, 65, 66, 127, 128, 129};
     for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
         for (size_t j = 0; j < sizeof ats / sizeof ats[0]; j++) {
