@@ -161,7 +161,12 @@ struct lull_loop {
     lull__node flush;
     lull__node flush_end; /* ends a flush pass (run_flush); never run */
     int64_t countdown;    /* callbacks (or should_yield calls) before the
-                             next clock read; see lull__slice_check */
+                             next clock read; see lull__slice_check. A
+                             slice begins it at 1 (0 when stopped), and a
+                             check that leaves the next call to check
+                             again leaves 0, never 1: so 1 after a
+                             callback says no check and no stop came in
+                             it (src/loop.c, plain hops) */
     uint64_t tasks_run;   /* every callback, of every kind */
     bool sample_armed;    /* the next lull_task_post starts a wait sample */
     lull_any_fn current;  /* callback running, for stall attribution */
@@ -482,7 +487,7 @@ static inline bool lull__slice_check(lull_loop *loop) {
         /* The slice ends at the last reading: read_time stands for the
          * end (lull__slice_end_time), and the next slice starts there. */
         loop->slice_spent = true;
-        loop->countdown = 1;
+        loop->countdown = 0;
         loop->read_tasks = loop->tasks_run;
         loop->time_stale = true;
         return true;

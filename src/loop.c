@@ -576,14 +576,12 @@ static inline bool plain_hop_may_start(const lull_loop *loop, uint64_t t) {
  * (lull__slice_check) and the next hop's begin would then together leave
  * everything as it was but the count of unread ends. */
 static inline bool plain_hop_untouched(const lull_loop *loop) {
-    /* A stop (lull_loop_stop, a failed poll) puts the countdown at 0, and
-     * every slice check after it keeps it there: countdown 1 is no stop. */
-    return loop->countdown == 1 && !loop->slice_spent &&
-           /* No read in the hop (a should_yield that came on the 64th
-            * unread end and found the quantum unspent, possible with a
-            * quantum_ns over 1): a read clears time_stale, and only an
-            * unread end, which spends the slice, sets it again. */
-           loop->time_stale && (loop->heap.len | loop->heap.pend) == 0 &&
+    /* The hop began its slice's countdown at 1. A stop (lull_loop_stop, a
+     * failed poll) puts it at 0, and so does every slice check (a
+     * should_yield's unread end, or its read, which spends the slice or
+     * plans the next read and clears time_stale): still 1, and neither
+     * came. */
+    return loop->countdown == 1 && (loop->heap.len | loop->heap.pend) == 0 &&
            loop->unread_ends + 1 < LULL__EVERY_CALLBACK_READS &&
            !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
 }
@@ -625,8 +623,7 @@ LULL__HOT __attribute__((noinline)) static bool
 plain_hop_turned(lull_loop *loop, uint64_t *t) {
     /* plain_hop_untouched but for the reading's turn. */
     bool read_due =
-        loop->countdown == 1 && !loop->slice_spent && loop->time_stale &&
-        (loop->heap.len | loop->heap.pend) == 0 &&
+        loop->countdown == 1 && (loop->heap.len | loop->heap.pend) == 0 &&
         loop->unread_ends + 1 >= LULL__EVERY_CALLBACK_READS &&
         !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
     *t = plain_hop_ends(loop, lull__after_callback(loop));

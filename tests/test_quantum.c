@@ -1208,6 +1208,56 @@ TEST(plain_hops_end_the_slice_at_an_unspent_read_in_a_hop) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* A single lull_loop_should_yield, in the hop whose check is the 64th
+ * unread end: it reads the clock inside the quantum (500 ns; a hop takes
+ * 1 ns), finds it unspent and plans the next read. The hop's end then ends
+ * the slice at that reading, on plain hops as on the general iteration
+ * (LULL_LOOP_AUTO_ADVANCE): the hop after it sees the busy time up to it,
+ * not only 64 hops later. */
+static struct {
+    lull_task task;
+    int hops, at, said;
+    uint64_t busy_after; /* busy_ns seen in hop at + 1 */
+} yo;
+
+static void yo_hop(lull_task *t) {
+    fake_clock.ns += 1;
+    yo.hops++;
+    if (yo.hops == yo.at + 1) {
+        lull_metrics m;
+        lull_loop_metrics(the_loop, &m);
+        yo.busy_after = m.busy_ns;
+    }
+    if (yo.hops == yo.at) yo.said = lull_loop_should_yield(the_loop);
+    if (yo.hops < 300) lull_task_post(the_loop, t);
+}
+
+static uint64_t yo_run(unsigned flags) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop_options o = {.quantum_ns = 500, .flags = flags};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    memset(&yo, 0, sizeof yo);
+    yo.at = 64;
+    yo.said = -1;
+    lull_task_init(&yo.task, yo_hop);
+    lull_task_post(loop, &yo.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(yo.hops, 300);
+    CHECK_EQ(yo.said, 0); /* unspent: the read planned */
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return yo.busy_after;
+}
+
+TEST(plain_hops_end_the_slice_at_a_single_unspent_read) {
+    uint64_t plain = yo_run(0);
+    CHECK_U64_EQ(plain, yo_run(LULL_LOOP_AUTO_ADVANCE));
+    CHECK_U64_EQ(plain, 64); /* 64 hops of 1 ns to hop 64's read */
+}
+
 /* The real clock, quantum_ns = 1: a signal, shuffled readiness, a fork,
  * a task freed by its own hop, and another thread's posts, each in the
  * middle of a chain of plain hops. */
