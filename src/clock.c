@@ -195,14 +195,14 @@ LULL__HOT bool lull__slice_check_read(lull_loop *loop) {
          * spent: an arm one of them deferred is flushed here all the
          * same, so its delay counts from when its callback returned. */
         if (LULL_UNLIKELY(loop->heap.pend)) lull__timers_flush_now(loop);
-        loop->countdown = 1;
+        loop->countdown = 0;
         return true;
     }
 #ifdef LULL_TEST_YIELD_OFTEN
     if (yield_often()) {
         if (loop->heap.pend) lull__timers_flush_now(loop);
         loop->slice_spent = true;
-        loop->countdown = 1;
+        loop->countdown = 0;
         return true;
     }
 #endif
@@ -227,15 +227,18 @@ LULL__HOT bool lull__slice_check_read(lull_loop *loop) {
     if (t >= loop->slice_deadline || timer_came_due(loop, t) ||
         (loop->every_callback && !loop->yield_check)) {
         loop->slice_spent = true;
-        loop->countdown = 1;
+        loop->countdown = 0;
         return true;
     }
     plan_next_read(loop, t);
     /* ... and its next slice check comes when that callback returns, if
      * not at its next lull_loop_should_yield call. */
-    if (loop->every_callback) loop->stride = loop->countdown = 1;
+    if (loop->every_callback) {
+        loop->stride = 1;
+        loop->countdown = 0;
+    }
 #ifdef LULL_TEST_YIELD_OFTEN
-    loop->countdown = 1;
+    loop->countdown = 0;
 #endif
     return false;
 }

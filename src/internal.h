@@ -161,7 +161,12 @@ struct lull_loop {
     lull__node flush;
     lull__node flush_end; /* ends a flush pass (run_flush); never run */
     int64_t countdown;    /* callbacks (or should_yield calls) before the
-                             next clock read; see lull__slice_check */
+                             next clock read; see lull__slice_check. A
+                             slice begins it at 1 (0 when stopped), and a
+                             check that leaves the next call to check
+                             again leaves 0, never 1: so 1 after a
+                             callback says no check and no stop came in
+                             it (src/loop.c, plain hops) */
     uint64_t tasks_run;   /* every callback, of every kind */
     bool sample_armed;    /* the next lull_task_post starts a wait sample */
     lull_any_fn current;  /* callback running, for stall attribution */
@@ -332,6 +337,11 @@ struct lull_loop {
     uint64_t busy_start;    /* real ns the current slice began (busy_ns) */
 
     uint64_t tasks_run_base; /* tasks_run at the last metrics reset */
+    uint64_t plain_hops;     /* hops run as plain hops (src/loop.c) since the
+                                last metrics reset: each is one iteration,
+                                poll and empty poll, which lull_loop_metrics
+                                adds to m's counts (one store a hop, not
+                                three) */
 
     /* Wake audit (src/audit.c). */
     lull__source *sources;
@@ -477,7 +487,7 @@ static inline bool lull__slice_check(lull_loop *loop) {
         /* The slice ends at the last reading: read_time stands for the
          * end (lull__slice_end_time), and the next slice starts there. */
         loop->slice_spent = true;
-        loop->countdown = 1;
+        loop->countdown = 0;
         loop->read_tasks = loop->tasks_run;
         loop->time_stale = true;
         return true;
@@ -505,12 +515,14 @@ static inline void lull__call_node(lull_loop *loop, lull__node *n) {
 
 /* Counts and runs one unlinked node of a queue. A task's aux is a
  * wait-sample tag; a timer's is its heap slot (a repeating timer is armed
- * for its next period while queued). */
-void lull__dispatch_sampled(lull_loop *loop, lull__node *n);
+ * for its next period while queued). Either is rare on the ready queue,
+ * so the two are told apart out of line (lull__dispatch_aux): a node
+ * without costs the test of one word, not also a load of its flags. */
+void lull__dispatch_aux(lull_loop *loop, lull__node *n);
 static inline void lull__dispatch_node(lull_loop *loop, lull__node *n) {
     loop->tasks_run++;
-    if (LULL_UNLIKELY(n->aux) && !(n->flags & LULL__NODE_TIMER)) {
-        lull__dispatch_sampled(loop, n);
+    if (LULL_UNLIKELY(n->aux)) {
+        lull__dispatch_aux(loop, n);
         return;
     }
     lull__call_node(loop, n);

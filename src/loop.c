@@ -553,15 +553,20 @@ iterate_once(lull_loop *loop, bool may_block, uint64_t t0) {
  * iterations leave the loop in the same states, hop for hop, and count the
  * same iterations, polls and callbacks. */
 
+/* Nothing waits but ready tasks: no stop, timer, flush task, stale
+ * registration or wakeup to attribute. */
+static inline bool plain_hops_only_tasks(const lull_loop *loop) {
+    return !loop->stop && !lull__queue_empty(&loop->ready) &&
+           lull__queue_empty(&loop->due) && lull__queue_empty(&loop->flush) &&
+           (loop->heap.len | loop->heap.pend) == 0 && !loop->overruns_len &&
+           !loop->backend_stale && !loop->audit_timer;
+}
+
 /* The unread state, between hops: the previous slice ended unread at t,
  * its quantum still as its start left it, and nothing waits but tasks. */
 static inline bool plain_hop_may_start(const lull_loop *loop, uint64_t t) {
     return loop->time_stale && loop->quantum_intact && t == loop->slice_start &&
-           t == loop->read_time && !loop->stop &&
-           !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->due) &&
-           lull__queue_empty(&loop->flush) &&
-           (loop->heap.len | loop->heap.pend) == 0 && !loop->overruns_len &&
-           !loop->backend_stale && !loop->audit_timer;
+           t == loop->read_time && plain_hops_only_tasks(loop);
 }
 
 /* After a hop's callback: it asked nothing of the slice (no
@@ -571,14 +576,12 @@ static inline bool plain_hop_may_start(const lull_loop *loop, uint64_t t) {
  * (lull__slice_check) and the next hop's begin would then together leave
  * everything as it was but the count of unread ends. */
 static inline bool plain_hop_untouched(const lull_loop *loop) {
-    /* A stop (lull_loop_stop, a failed poll) puts the countdown at 0, and
-     * every slice check after it keeps it there: countdown 1 is no stop. */
-    return loop->countdown == 1 && !loop->slice_spent &&
-           /* No read in the hop (a should_yield that came on the 64th
-            * unread end and found the quantum unspent, possible with a
-            * quantum_ns over 1): a read clears time_stale, and only an
-            * unread end, which spends the slice, sets it again. */
-           loop->time_stale && (loop->heap.len | loop->heap.pend) == 0 &&
+    /* The hop began its slice's countdown at 1. A stop (lull_loop_stop, a
+     * failed poll) puts it at 0, and so does every slice check (a
+     * should_yield's unread end, or its read, which spends the slice or
+     * plans the next read and clears time_stale): still 1, and neither
+     * came. */
+    return loop->countdown == 1 && (loop->heap.len | loop->heap.pend) == 0 &&
            loop->unread_ends + 1 < LULL__EVERY_CALLBACK_READS &&
            !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
 }
@@ -587,6 +590,10 @@ static inline bool plain_hop_untouched(const lull_loop *loop) {
  * from its poll on (poll_and_dispatch_io). */
 __attribute__((noinline)) static uint64_t plain_hop_found(lull_loop *loop,
                                                           int n) {
+    /* Counted as a plain hop, whose look found nothing: an iteration whose
+     * look is counted here. */
+    loop->plain_hops--;
+    loop->m.iterations++;
     n = counted_look(loop, n);
     take_io_and_posts(loop, n);
     return iterate_rest(loop, true, n);
@@ -598,6 +605,33 @@ LULL__HOT __attribute__((noinline)) static uint64_t
 plain_hop_ends(lull_loop *loop, bool spent) {
     if (!spent) lull__run_queue(loop, &loop->ready);
     return end_iteration(loop);
+}
+
+/* A hop plain_hop_untouched turned away. One such hop comes in every
+ * LULL__EVERY_CALLBACK_READS however little the callbacks ask: the one
+ * whose end reads the clock. Its read and its slice's end are the general
+ * steps (plain_hop_ends); the hops go on from there rather than leave for
+ * the general iteration and come back, as they would the moment that
+ * iteration's hop ended: the next hop begins its slice at the reading, as
+ * poll_and_dispatch_io would, and it ends as a plain hop does. So
+ * time_stale is set at that begin, not at the hop's end: only a slice's
+ * end reads it, and every end writes it before (an unread end sets it, a
+ * read clears it, and an end with neither reads). Anything a callback
+ * asked for leaves, as from any hop. Returns true when the hops go on,
+ * false when the general iteration takes over (*t: the end's reading). */
+LULL__HOT __attribute__((noinline)) static bool
+plain_hop_turned(lull_loop *loop, uint64_t *t) {
+    /* plain_hop_untouched but for the reading's turn. */
+    bool read_due =
+        loop->countdown == 1 && (loop->heap.len | loop->heap.pend) == 0 &&
+        loop->unread_ends + 1 >= LULL__EVERY_CALLBACK_READS &&
+        !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
+    *t = plain_hop_ends(loop, lull__after_callback(loop));
+    if (!read_due || !plain_hops_only_tasks(loop)) return false;
+    move_now(loop, *t);
+    lull__slice_begin(loop, *t);
+    loop->time_stale = true;
+    return true;
 }
 
 /* Runs plain hops from the unread state at t; returns the reading that
@@ -612,19 +646,24 @@ LULL__HOT __attribute__((noinline)) static uint64_t plain_hops(lull_loop *loop,
     /* An empty look stores nothing: no event is left from before. */
     loop->events_len = loop->events_next = 0;
     for (;;) {
-        loop->m.iterations++;
+        /* The iteration, its look and that look's finding nothing, counted
+         * at once (lull_loop_metrics): before the look, as the general
+         * iteration counts it; plain_hop_found takes back what the look
+         * did not find. */
+        loop->plain_hops++;
         int n = lull__backend_look(loop);
         if (LULL_UNLIKELY(n != 0 || lull__remote_pending(loop)))
             return plain_hop_found(loop, n);
-        (void)counted_look(loop, 0);
         lull__node *node = loop->ready.next;
         LULL_ASSERT(lull__queue_head_ok(&loop->ready, node),
                     "lull: ready queue corrupted (a task freed or set up again "
                     "while pending?)");
         lull__queue_remove(node);
         lull__dispatch_node(loop, node);
-        if (LULL_UNLIKELY(!plain_hop_untouched(loop)))
-            return plain_hop_ends(loop, lull__after_callback(loop));
+        if (LULL_UNLIKELY(!plain_hop_untouched(loop))) {
+            if (!plain_hop_turned(loop, &t)) return t;
+            continue;
+        }
         loop->unread_ends++;
 #ifndef NDEBUG
         loop_verify(loop);

@@ -97,6 +97,9 @@ void lull_loop_metrics(lull_loop *loop, lull_metrics *out) {
     LULL_ASSERT_LOOP_THREAD(loop); /* the loop writes these as it runs */
     *out = loop->m;
     out->tasks_run = loop->tasks_run - loop->tasks_run_base;
+    out->iterations += loop->plain_hops;
+    out->polls += loop->plain_hops;
+    out->empty_polls += loop->plain_hops;
     summarize(&loop->wait_hist, &out->task_wait);
     summarize(&loop->run_hist, &out->task_run);
     lull__live_count(loop, out);
@@ -106,6 +109,7 @@ void lull_loop_metrics_reset(lull_loop *loop) {
     if (!loop) return;
     LULL_ASSERT_LOOP_THREAD(loop);
     memset(&loop->m, 0, sizeof loop->m);
+    loop->plain_hops = 0;
     memset(&loop->wait_hist, 0, sizeof loop->wait_hist);
     memset(&loop->run_hist, 0, sizeof loop->run_hist);
     /* tasks_run itself never goes back: lull_loop_settle counts through it, and
@@ -123,10 +127,16 @@ void lull__wait_sample_begin(lull_loop *loop, lull__node *n) {
     loop->sample_posted = lull__clock_real();
 }
 
-/* Runs a tagged task, timing its wait and its run if the tag is the newest
- * (its post time is the one kept). The task may be freed or re-posted by its
- * callback: only the clock is read afterwards. */
-void lull__dispatch_sampled(lull_loop *loop, lull__node *n) {
+/* Runs a node with an aux (lull__dispatch_node): a timer's is its heap
+ * slot, and it runs untimed; a task's is its sample tag, and its wait and
+ * its run are timed if the tag is the newest (its post time is the one
+ * kept). The task may be freed or re-posted by its callback: only the
+ * clock is read afterwards. */
+void lull__dispatch_aux(lull_loop *loop, lull__node *n) {
+    if (n->flags & LULL__NODE_TIMER) {
+        lull__call_node(loop, n);
+        return;
+    }
     bool current = n->aux == loop->sample_seq;
     n->aux = 0;
     if (!current) {

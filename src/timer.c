@@ -558,7 +558,10 @@ LULL__HOT void lull__timers_run_due(lull_loop *loop) {
                  !lull__heap_deferred(&loop->heap, t))
             loop->firing_deadline =
                 lull__heap_deadline_of(&loop->heap, t) - t->repeat;
-        lull__dispatch_node(loop, n);
+        /* lull__dispatch_node without its test of aux: a timer's is its
+         * heap slot, never a sample tag. */
+        loop->tasks_run++;
+        lull__call_node(loop, n);
         if (lull__after_callback(loop) && loop->stop) break;
     }
     loop->firing = NULL;

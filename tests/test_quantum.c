@@ -755,7 +755,8 @@ enum {
     ASK_YIELD,
     ASK_REMOTE,
     ASK_METRICS,
-    ASK_SEND
+    ASK_SEND,
+    ASK_RESET
 };
 
 typedef struct asker {
@@ -818,6 +819,9 @@ static void asker_hop(lull_task *t) {
         break;
     case ASK_METRICS:
         lull_loop_metrics(the_loop, &a->seen);
+        break;
+    case ASK_RESET:
+        lull_loop_metrics_reset(the_loop);
         break;
     case ASK_SEND:
         CHECK_EQ(lull_endpoint_send_copy(&a->stream.ep, "hello", 5), 0);
@@ -922,6 +926,22 @@ TEST(plain_hops_count_every_hop_as_it_happens) {
     asker_done(loop);
 }
 
+/* A reset inside hop 100 leaves the hops after it, every one counted.
+ * (Not busy_ns: the time since the last reading, hop 64's, is added at
+ * the next, after the reset.) */
+TEST(plain_hops_count_from_a_reset_made_mid_chain) {
+    lull_loop *loop = asker_loop(ASK_RESET, 300, 100);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(ask.hops, 300);
+    lull_metrics m;
+    lull_loop_metrics(loop, &m);
+    CHECK_U64_EQ(m.iterations, 200);
+    CHECK_U64_EQ(m.polls, 200);
+    CHECK_U64_EQ(m.empty_polls, 200);
+    CHECK_U64_EQ(m.tasks_run, 200);
+    asker_done(loop);
+}
+
 TEST(plain_hops_flush_a_write_at_the_end_of_its_hop) {
     lull_loop *loop = asker_loop(ASK_SEND, 300, 100);
     int sv[2];
@@ -936,6 +956,102 @@ TEST(plain_hops_flush_a_write_at_the_end_of_its_hop) {
     CHECK_EQ(lull_endpoint_close(&ask.stream.ep, 0), 0);
     close(sv[1]);
     asker_done(loop);
+}
+
+/* The hop whose end takes the every-64th reading (hop 64, 128, ... of a
+ * run), and the hops around it, stay plain hops (src/loop.c,
+ * plain_hop_turned): whatever one of them asks is served where the general
+ * iteration serves it, and the counts, busy time, now and the clock reads
+ * come out the same. LULL_LOOP_AUTO_ADVANCE, a no-op on the real clock,
+ * keeps a loop on the general iteration. */
+typedef struct ask_outcome {
+    int hops, io_at, timer_at, other_at, runs;
+    lull_metrics seen, end;
+    uint64_t now, reads;
+} ask_outcome;
+
+static ask_outcome ask_run(int what, int at, unsigned flags) {
+    lull_loop *loop = asker_loop(what, 300, at);
+    if (flags) {
+        /* asker_loop's loop again, with flags: nothing of it is armed yet
+         * but the chain's first post. */
+        lull_task_cancel(&ask.task);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        lull_loop_options o = {.quantum_ns = 1, .flags = flags};
+        fake_clock.reads = 0; /* as every_hop_loop's, before the new */
+        CHECK_EQ(lull_loop_new(&loop, &o), 0);
+        the_loop = loop;
+        lull_timer_init(loop, &ask.timer, asker_timer);
+        lull_task_post(loop, &ask.task);
+    }
+    if (what == ASK_FD) {
+        CHECK_EQ(pipe2(ask.fds, O_NONBLOCK | O_CLOEXEC), 0);
+        CHECK_EQ(lull_io_init(loop, &ask.io, ask.fds[0], asker_io), 0);
+        CHECK_EQ(lull_io_start(&ask.io, LULL_READABLE), 0);
+    }
+    ask_outcome o;
+    memset(&o, 0, sizeof o);
+    while (lull_task_pending(&ask.task)) {
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        o.runs++;
+    }
+    o.hops = ask.hops;
+    o.io_at = ask.io_at;
+    o.timer_at = ask.timer_at;
+    o.other_at = ask.other_at;
+    o.seen = ask.seen;
+    lull_loop_metrics(loop, &o.end);
+    o.now = lull_loop_now(loop);
+    o.reads = fake_clock.reads;
+    if (what == ASK_FD) {
+        close(ask.fds[0]);
+        close(ask.fds[1]);
+    }
+    asker_done(loop);
+    return o;
+}
+
+static void same_metrics(const lull_metrics *a, const lull_metrics *b) {
+    CHECK_U64_EQ(a->iterations, b->iterations);
+    CHECK_U64_EQ(a->polls, b->polls);
+    CHECK_U64_EQ(a->empty_polls, b->empty_polls);
+    CHECK_U64_EQ(a->tasks_run, b->tasks_run);
+    CHECK_U64_EQ(a->busy_ns, b->busy_ns);
+    CHECK_U64_EQ(a->idle_ns, b->idle_ns);
+    CHECK_U64_EQ(a->wakeups, b->wakeups);
+    CHECK_U64_EQ(a->stalls, b->stalls);
+    CHECK_U64_EQ(a->task_wait.count, b->task_wait.count);
+}
+
+TEST(plain_hops_at_the_64th_reading_serve_what_a_hop_asks_as_ever) {
+    /* Compares where slices end, which that build draws at random. */
+    CHECK_SKIP_IF_YIELD_OFTEN();
+    static const int asks[] = {ASK_FD,      ASK_TIMER, ASK_STOP, ASK_REMOTE,
+                               ASK_METRICS, ASK_YIELD, ASK_RESET};
+    static const int ats[] = {63, 64, 65, 66, 127, 128, 129};
+    for (size_t i = 0; i < sizeof asks / sizeof asks[0]; i++) {
+        for (size_t j = 0; j < sizeof ats / sizeof ats[0]; j++) {
+            ask_outcome plain = ask_run(asks[i], ats[j], 0);
+            ask_outcome general =
+                ask_run(asks[i], ats[j], LULL_LOOP_AUTO_ADVANCE);
+            CHECK_EQ(plain.hops, 300);
+            CHECK_EQ(general.hops, 300);
+            CHECK_EQ(plain.runs, general.runs);
+            CHECK_EQ(plain.io_at, general.io_at);
+            CHECK_EQ(plain.timer_at, general.timer_at);
+            CHECK_EQ(plain.other_at, general.other_at);
+            same_metrics(&plain.seen, &general.seen);
+            same_metrics(&plain.end, &general.end);
+            CHECK_U64_EQ(plain.now, general.now);
+            CHECK_U64_EQ(plain.reads, general.reads);
+        }
+    }
+    /* The cases asked what they were meant to: each was served. */
+    CHECK_EQ(ask_run(ASK_FD, 64, 0).io_at, 64);
+    CHECK_EQ(ask_run(ASK_TIMER, 64, 0).timer_at, 74);
+    CHECK_EQ(ask_run(ASK_STOP, 64, 0).runs, 2);
+    CHECK_EQ(ask_run(ASK_REMOTE, 64, 0).other_at, 65);
+    CHECK_U64_EQ(ask_run(ASK_METRICS, 65, 0).seen.iterations, 65);
 }
 
 /* lull_loop_now never goes back, though an every-hop loop's unread hops
@@ -1092,6 +1208,58 @@ TEST(plain_hops_end_the_slice_at_an_unspent_read_in_a_hop) {
     CHECK_U64_EQ(m.busy_ns, 1000);
     fake_clock.on = false;
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A single lull_loop_should_yield, in the hop whose check is the 64th
+ * unread end: it reads the clock inside the quantum (500 ns; a hop takes
+ * 1 ns), finds it unspent and plans the next read. The hop's end then ends
+ * the slice at that reading, on plain hops as on the general iteration
+ * (LULL_LOOP_AUTO_ADVANCE): the hop after it sees the busy time up to it,
+ * not only 64 hops later. */
+static struct {
+    lull_task task;
+    int hops, at, said;
+    uint64_t busy_after; /* busy_ns seen in hop at + 1 */
+} yo;
+
+static void yo_hop(lull_task *t) {
+    fake_clock.ns += 1;
+    yo.hops++;
+    if (yo.hops == yo.at + 1) {
+        lull_metrics m;
+        lull_loop_metrics(the_loop, &m);
+        yo.busy_after = m.busy_ns;
+    }
+    if (yo.hops == yo.at) yo.said = lull_loop_should_yield(the_loop);
+    if (yo.hops < 300) lull_task_post(the_loop, t);
+}
+
+static uint64_t yo_run(unsigned flags) {
+    fake_clock.ns = 1000 * MS;
+    fake_clock.on = true;
+    lull_loop_options o = {.quantum_ns = 500, .flags = flags};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    memset(&yo, 0, sizeof yo);
+    yo.at = 64;
+    yo.said = -1;
+    lull_task_init(&yo.task, yo_hop);
+    lull_task_post(loop, &yo.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(yo.hops, 300);
+    CHECK_EQ(yo.said, 0); /* unspent: the read planned */
+    fake_clock.on = false;
+    CHECK_EQ(lull_loop_free(loop), 0);
+    return yo.busy_after;
+}
+
+TEST(plain_hops_end_the_slice_at_a_single_unspent_read) {
+    /* Compares where slices end, which that build draws at random. */
+    CHECK_SKIP_IF_YIELD_OFTEN();
+    uint64_t plain = yo_run(0);
+    CHECK_U64_EQ(plain, yo_run(LULL_LOOP_AUTO_ADVANCE));
+    CHECK_U64_EQ(plain, 64); /* 64 hops of 1 ns to hop 64's read */
 }
 
 /* The real clock, quantum_ns = 1: a signal, shuffled readiness, a fork,
