@@ -3651,3 +3651,65 @@ TEST(forked_copies_close_only_the_pidfds_the_reaper_holds) {
     close(pp[1]);
     free_loop(loop);
 }
+
+/* ---------------------------------------------- the child's own set-up */
+
+/* The PATH search, as execvp's: a file by that name that cannot be run
+ * (no execute bit) is remembered and the search goes on; a later entry
+ * that holds a runnable one runs it, and with none the spawn is -EACCES,
+ * not -ENOENT. */
+TEST(path_search_skips_a_file_it_may_not_run_and_says_eacces) {
+    lull_loop *loop = new_loop();
+    char a[] = "/tmp/lull-test-eacces-XXXXXX",
+         b[] = "/tmp/lull-test-runs-XXXXXX";
+    CHECK(mkdtemp(a) != NULL);
+    CHECK(mkdtemp(b) != NULL);
+    char noexec[96], runs[96];
+    snprintf(noexec, sizeof noexec, "%s/lull-prog", a);
+    snprintf(runs, sizeof runs, "%s/lull-prog", b);
+    const char *files[] = {noexec, runs};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "w");
+        CHECK(f != NULL);
+        fputs("#!/bin/sh\nexit 7\n", f);
+        CHECK_EQ(fclose(f), 0);
+    }
+    CHECK_EQ(chmod(noexec, 0600), 0); /* not runnable, also by root */
+    CHECK_EQ(chmod(runs, 0700), 0);
+    char only_noexec[128], both[256];
+    snprintf(only_noexec, sizeof only_noexec, "PATH=/nonexistent:%s", a);
+    snprintf(both, sizeof both, "PATH=%s:%s", a, b);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"lull-prog", NULL},
+                              .envp = (char *[]){only_noexec, NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), -EACCES);
+    CHECK(!have_zombie());
+    o.envp = (char *[]){both, NULL};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 7);
+    CHECK_EQ(unlink(noexec), 0);
+    CHECK_EQ(unlink(runs), 0);
+    CHECK_EQ(rmdir(a), 0);
+    CHECK_EQ(rmdir(b), 0);
+    free_loop(loop);
+}
+
+/* NEW_GROUP with NEW_SESSION: the session's new group is the group asked
+ * for (setsid makes the child its leader; a setpgid after it would be
+ * refused, EPERM), so the spawn succeeds with both. */
+TEST(new_group_with_new_session) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE |
+                                       LULL_PROCESS_NEW_GROUP |
+                                       LULL_PROCESS_NEW_SESSION};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(getsid(k.p.pid), k.p.pid);
+    CHECK_EQ(getpgid(k.p.pid), k.p.pid);
+    CHECK_EQ(lull_process_kill_group(&k.p, SIGTERM), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGTERM);
+    free_loop(loop);
+}
