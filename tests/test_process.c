@@ -3713,3 +3713,26 @@ TEST(new_group_with_new_session) {
     CHECK_EQ(k.sig, SIGTERM);
     free_loop(loop);
 }
+
+/* A detached child the program itself reaped first (its own waitpid):
+ * the reaper's waitid then says ECHILD, and it lets the pidfd go all the
+ * same, rather than hold it for good. */
+TEST(detached_child_reaped_by_the_program_first_lets_its_pidfd_go) {
+    lull_loop *loop = new_loop();
+    int pp[2];
+    CHECK_EQ(pipe2(pp, O_CLOEXEC), 0);
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int status = 0;
+    CHECK_EQ(waitpid(k.p.pid, &status, 0), k.p.pid);
+    int fd = lowest_free_fd(pp[0]);
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    /* Bounded: the reaper closes it once it has looked. */
+    for (int i = 0; i < 50000 && fcntl(fd, F_GETFD) >= 0; i++)
+        usleep(100);
+    CHECK(fcntl(fd, F_GETFD) < 0);
+    close(pp[0]);
+    close(pp[1]);
+    free_loop(loop);
+}
