@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "internal.h" /* the loop's epoll set, to see it kept */
+
 #define MS 1000000ull
 
 typedef struct watch {
@@ -1424,6 +1426,42 @@ TEST(watchers_on_fd_numbers_at_the_tables_edges) {
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
     for (int i = 0; i < N; i++) {
         CHECK_EQ(w[i].calls, 1);
+        close_pipe(&w[i]);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Two fds ready in one batch, and the first one's callback stops the
+ * other, whose event is the next in the batch: that event is dropped as
+ * the stopped watcher's, not taken for an fd nobody owns, which would
+ * make the loop rebuild its whole epoll set for nothing. */
+static watch *g_pair;
+static void stop_the_other(lull_io *io, int events) {
+    watch *w = LULL_CONTAINER_OF(io, watch, io);
+    w->calls++;
+    w->last_events = events;
+    watch *other = w == &g_pair[0] ? &g_pair[1] : &g_pair[0];
+    lull_io_stop(&other->io);
+}
+
+TEST(stop_of_the_next_watcher_in_the_batch_keeps_the_epoll_set) {
+    lull_loop *loop = new_loop();
+    static watch w[2];
+    g_pair = w;
+    for (int i = 0; i < 2; i++) {
+        make_pipe(&w[i]);
+        CHECK_EQ(lull_io_init(loop, &w[i].io, w[i].rfd, stop_the_other), 0);
+        CHECK_EQ(lull_io_start(&w[i].io, LULL_READABLE), 0);
+        fill(w[i].wfd);
+    }
+    int set = loop->backend_fd;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w[0].calls + w[1].calls, 1);
+    CHECK(!loop->backend_stale);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(loop->backend_fd, set); /* no rebuild */
+    for (int i = 0; i < 2; i++) {
+        lull_io_stop(&w[i].io);
         close_pipe(&w[i]);
     }
     CHECK_EQ(lull_loop_free(loop), 0);
