@@ -1052,3 +1052,42 @@ TEST(no_fd_of_lull_survives_an_exec) {
     if (rc != 0) lull_loop_print_live(ek->loop, stderr);
     CHECK_EQ(rc, 0);
 }
+
+/* A loop with no signal watched at the fork, never (its signal fd not made)
+ * or no more (the last handle stopped): lull_loop_fork succeeds and makes
+ * no signalfd for the copy, and so never puts one over an fd of the
+ * program's, such as the copy's stdin. */
+typedef struct no_signals {
+    lull_loop *never, *stopped;
+    int stdin_pipe[2];
+} no_signals;
+
+static void no_signals_child(void *arg) {
+    no_signals *ns = arg;
+    CHECK_EQ(dup2(ns->stdin_pipe[0], 0), 0);
+    CHECK_EQ(write(ns->stdin_pipe[1], "x", 1), 1);
+    CHECK_EQ(lull_loop_fork(ns->never), 0);
+    CHECK_EQ(lull_loop_fork(ns->stopped), 0);
+    char byte = 0;
+    CHECK_EQ(read(0, &byte, 1), 1); /* still the pipe, with its byte */
+    CHECK_EQ(byte, 'x');
+    CHECK_EQ(lull_loop_free(ns->never), 0);
+    CHECK_EQ(lull_loop_free(ns->stopped), 0);
+}
+
+TEST(fork_of_loops_without_signals_leaves_stdin_alone) {
+    static no_signals ns;
+    ns = (no_signals){0};
+    CHECK_EQ(lull_loop_new(&ns.never, NULL), 0);
+    CHECK_EQ(lull_loop_new(&ns.stopped, NULL), 0);
+    lull_signal sig;
+    CHECK_EQ(lull_signal_init(ns.stopped, &sig, count_signal), 0);
+    CHECK_EQ(lull_signal_start(&sig, SIGUSR2), 0);
+    CHECK_EQ(lull_signal_stop(&sig), 0);
+    CHECK_EQ(pipe(ns.stdin_pipe), 0);
+    CHECK(check_exits_cleanly(no_signals_child, &ns));
+    close(ns.stdin_pipe[0]);
+    close(ns.stdin_pipe[1]);
+    CHECK_EQ(lull_loop_free(ns.never), 0);
+    CHECK_EQ(lull_loop_free(ns.stopped), 0);
+}

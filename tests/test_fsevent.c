@@ -407,6 +407,36 @@ TEST(a_watch_moved_by_a_collision_is_found_after_the_other_stops) {
     free_loop_and_root(loop);
 }
 
+/* The descriptor table keeps a free slot whatever the number of watches
+ * (it grows at half full): with 32 watches, one stopped and another
+ * started before the loop reads the stopped one's IN_IGNORED, that late
+ * event's descriptor is looked up and not found (an empty slot ends the
+ * probe), and the other watches still hear theirs. */
+TEST(late_event_of_a_stopped_watch_among_32_is_dropped) {
+    make_root();
+    lull_loop *loop = new_loop();
+    static lull_fsevent w[33];
+    static seen s[33];
+    char name[32];
+    for (int i = 0; i < 32; i++) {
+        snprintf(name, sizeof name, "d%d", i);
+        CHECK_EQ(mkdir(at(name), 0755), 0);
+        watch(loop, &w[i], &s[i], at(name));
+    }
+    CHECK_EQ(lull_fsevent_stop(&w[0]), 0); /* its IN_IGNORED is queued */
+    CHECK_EQ(mkdir(at("late"), 0755), 0);
+    watch(loop, &w[32], &s[32], at("late"));
+    touch(at("d5/f"));
+    for (int i = 0; i < 100 && s[5].calls == 0; i++)
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(s[5].calls, 1);
+    CHECK(strcmp(s[5].names[0], "f") == 0);
+    CHECK_EQ(s[0].calls, 0);
+    for (int i = 1; i < 33; i++)
+        CHECK_EQ(lull_fsevent_stop(&w[i]), 0);
+    free_loop_and_root(loop);
+}
+
 TEST(rename_between_two_watched_directories) {
     make_root();
     CHECK_EQ(mkdir(at("a"), 0755), 0);

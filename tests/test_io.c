@@ -17,6 +17,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "internal.h" /* the loop's epoll set, to see it kept */
+
 #define MS 1000000ull
 
 typedef struct watch {
@@ -1357,4 +1359,110 @@ TEST(watcher_freed_while_reported_is_caught_in_debug_builds) {
     if (!check_debug_build()) return;
     CHECK(check_dies(free_a_started_watcher, NULL,
                      "lull: fd watcher corrupted (freed while started?)"));
+}
+
+/* A full pipe whose reader closes: the kernel reports EPOLLERR alone to a
+ * writer waiting for room (no EPOLLOUT: still full). The write-only
+ * watcher hears it as writable too, with LULL_ERROR, so a watcher that
+ * writes when writable tries the write and meets EPIPE. */
+TEST(write_watcher_on_a_full_pipe_hears_its_reader_close) {
+    lull_loop *loop = new_loop();
+    watch w;
+    make_pipe(&w);
+    static char buf[65536];
+    while (write(w.wfd, buf, sizeof buf) > 0) { /* nobody reads */
+    }
+    CHECK_EQ(errno, EAGAIN);
+    CHECK_EQ(lull_io_init(loop, &w.io, w.wfd, stop_on_any), 0);
+    CHECK_EQ(lull_io_start(&w.io, LULL_WRITABLE), 0);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w.calls, 0); /* full: nothing yet */
+    close(w.rfd);
+    w.rfd = -1;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+    CHECK_EQ(w.calls, 1);
+    CHECK(w.last_events & LULL_WRITABLE);
+    CHECK(w.last_events & LULL_ERROR);
+    close_pipe(&w);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Watchers on fds whose numbers are the edges of the loop's fd table
+ * (it starts at 64 entries and doubles): each can change its interest
+ * and stop, as on any other number. */
+TEST(watchers_on_fd_numbers_at_the_tables_edges) {
+    lull_loop *loop = new_loop();
+    static const int nums[] = {63, 64, 127, 128};
+    enum { N = sizeof nums / sizeof nums[0] };
+    struct rlimit rl;
+    CHECK_EQ(getrlimit(RLIMIT_NOFILE, &rl), 0);
+    if (rl.rlim_cur <= 128) {
+        printf("skipped: fd limit %llu is under 129\n",
+               (unsigned long long)rl.rlim_cur);
+        CHECK_EQ(lull_loop_free(loop), 0);
+        return;
+    }
+    watch w[N];
+    for (int i = 0; i < N; i++) {
+        make_pipe(&w[i]);
+        CHECK(fcntl(nums[i], F_GETFD) < 0); /* free: this case's */
+        CHECK_EQ(dup3(w[i].rfd, nums[i], O_CLOEXEC), nums[i]);
+        close(w[i].rfd);
+        w[i].rfd = nums[i];
+        CHECK_EQ(lull_io_init(loop, &w[i].io, nums[i], count_only), 0);
+        CHECK_EQ(lull_io_start(&w[i].io, LULL_READABLE), 0);
+    }
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(lull_io_start(&w[i].io, LULL_READABLE | LULL_WRITABLE), 0);
+        CHECK_EQ(lull_io_start(&w[i].io, LULL_READABLE), 0);
+        fill(w[i].wfd);
+    }
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(w[i].calls, 1);
+        lull_io_stop(&w[i].io);
+    }
+    /* Stopped: a readable fd wakes nothing. */
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ(w[i].calls, 1);
+        close_pipe(&w[i]);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* Two fds ready in one batch, and the first one's callback stops the
+ * other, whose event is the next in the batch: that event is dropped as
+ * the stopped watcher's, not taken for an fd nobody owns, which would
+ * make the loop rebuild its whole epoll set for nothing. */
+static watch *g_pair;
+static void stop_the_other(lull_io *io, int events) {
+    watch *w = LULL_CONTAINER_OF(io, watch, io);
+    w->calls++;
+    w->last_events = events;
+    watch *other = w == &g_pair[0] ? &g_pair[1] : &g_pair[0];
+    lull_io_stop(&other->io);
+}
+
+TEST(stop_of_the_next_watcher_in_the_batch_keeps_the_epoll_set) {
+    lull_loop *loop = new_loop();
+    static watch w[2];
+    g_pair = w;
+    for (int i = 0; i < 2; i++) {
+        make_pipe(&w[i]);
+        CHECK_EQ(lull_io_init(loop, &w[i].io, w[i].rfd, stop_the_other), 0);
+        CHECK_EQ(lull_io_start(&w[i].io, LULL_READABLE), 0);
+        fill(w[i].wfd);
+    }
+    int set = loop->backend_fd;
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(w[0].calls + w[1].calls, 1);
+    CHECK(!loop->backend_stale);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(loop->backend_fd, set); /* no rebuild */
+    for (int i = 0; i < 2; i++) {
+        lull_io_stop(&w[i].io);
+        close_pipe(&w[i]);
+    }
+    CHECK_EQ(lull_loop_free(loop), 0);
 }

@@ -558,3 +558,68 @@ TEST(unref_without_a_reference) {
     else
         CHECK(check_exits_cleanly(unref_below_zero, NULL));
 }
+
+/* Timers armed inside a callback, the later ones deferred (their deadline
+ * waits for the loop's next clock reading, src/timer.c): a walk from that
+ * callback lists every one of them as armed (it takes a reading to give
+ * them their deadlines). */
+typedef struct arm_then_walk {
+    lull_task task;
+    lull_timer timers[3];
+    int armed_seen;
+} arm_then_walk;
+
+static void count_our_armed(const lull_live *e, void *arg) {
+    arm_then_walk *a = arg;
+    for (int i = 0; i < 3; i++)
+        if (e->cause == LULL_LIVE_ARMED && e->handle == &a->timers[i])
+            a->armed_seen++;
+}
+
+static void arm_and_walk(lull_task *t) {
+    arm_then_walk *a = LULL_CONTAINER_OF(t, arm_then_walk, task);
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&a->timers[i], 1000000000ull + (uint64_t)i, 0);
+    CHECK(lull_loop_walk(t->loop, count_our_armed, a) >= 3);
+}
+
+TEST(walk_inside_a_callback_lists_the_timers_it_armed) {
+    lull_loop *loop = NULL; /* the real clock: only there are arms deferred */
+    CHECK_EQ(lull_loop_new(&loop, NULL), 0);
+    static arm_then_walk a;
+    memset(&a, 0, sizeof a);
+    for (int i = 0; i < 3; i++)
+        lull_timer_init(loop, &a.timers[i], on_timer);
+    /* Room in the heap first: an arm that finds it full reads the clock
+     * rather than defer. */
+    for (int i = 0; i < 3; i++)
+        lull_timer_start(&a.timers[i], 1000000000ull, 0);
+    for (int i = 0; i < 3; i++)
+        lull_timer_stop(&a.timers[i]);
+    lull_task_init(&a.task, arm_and_walk);
+    lull_task_post(loop, &a.task);
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(a.armed_seen, 3);
+    for (int i = 0; i < 3; i++)
+        lull_timer_stop(&a.timers[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* One entry is one "entry". */
+TEST(print_live_of_one_entry) {
+    lull_loop *loop = new_loop();
+    lull_timer t;
+    lull_timer_init(loop, &t, on_timer);
+    lull_timer_start(&t, 5000, 0);
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    CHECK(out != NULL);
+    CHECK_EQ(lull_loop_print_live(loop, out), 1);
+    CHECK_EQ(fclose(out), 0);
+    fputs(text, stderr); /* for the reader of a failure */
+    CHECK(strstr(text, "1 live handle entry, 0 references held") != NULL);
+    free(text);
+    lull_timer_stop(&t);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}

@@ -3501,3 +3501,238 @@ TEST(other_handle_ended_inside_an_exit_in_the_same_batch) {
         free_loop(loop);
     }
 }
+
+/* ------------------------------------------- after a close, in a fork */
+
+/* After a close the handle's reference is the close's (API.md,
+ * lull_process_ref): a child left to run stays unreferenced whatever ref
+ * the program asks for, and the run returns at once. */
+TEST(ref_after_a_close_changes_nothing) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(lull_process_close(&k.p), 0);
+    lull_process_ref(&k.p);
+    CHECK(!lull_loop_alive(loop));
+    CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0); /* returns at once */
+    CHECK_EQ(k.exits, 0);
+    CHECK_EQ(lull_process_kill(&k.p, SIGTERM), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGTERM);
+    CHECK(!have_zombie());
+    free_loop(loop);
+}
+
+/* In a forked copy, a close queues the handle's exit (-ECHILD): a detach
+ * or a group kill after it is -ESRCH (API.md), and the exit still comes,
+ * once. The parent's child is untouched. */
+static void close_then_detach_body(void *arg) {
+    detach_fork *d = arg;
+    CHECK_EQ(lull_loop_fork(d->loop), 0);
+    d->cat.in_call = true;
+    CHECK_EQ(lull_process_close(&d->cat.p), 0);
+    CHECK_EQ(lull_process_detach(&d->cat.p), -ESRCH);
+    CHECK_EQ(lull_process_kill_group(&d->cat.p, SIGKILL), -ESRCH);
+    d->cat.in_call = false;
+    run_until(d->loop, &d->cat.exits, 1);
+    CHECK_EQ(d->cat.status, -ECHILD);
+    CHECK_EQ(lull_loop_run(d->loop, LULL_RUN_NOWAIT), 0);
+    CHECK_EQ(d->cat.exits, 1);
+    CHECK_EQ(kill(d->cat.p.pid, 0), 0); /* the parent's: untouched */
+    free_loop(d->loop);
+}
+
+TEST(close_then_detach_in_a_forked_copy) {
+    static detach_fork d;
+    d = (detach_fork){.loop = new_loop()};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE};
+    CHECK_EQ(spawn(d.loop, &d.cat, &o), 0);
+    CHECK(check_exits_cleanly(close_then_detach_body, &d));
+    CHECK_EQ(kill(d.cat.p.pid, 0), 0);
+    CHECK_EQ(d.cat.exits, 0);
+    CHECK_EQ(lull_process_close(&d.cat.p), 0);
+    run_until(d.loop, &d.cat.exits, 1);
+    CHECK_EQ(d.cat.sig, SIGKILL);
+    free_loop(d.loop);
+}
+
+/* A handle inherited through fork() reports -ECHILD for its exit, also
+ * when the kernel keeps the exit status for the pidfd (Linux 6.15: the
+ * child was reaped, here by the program's own waitpid before the fork):
+ * that status is the parent's to read, not the copy's. */
+static void reaped_before_fork_body(void *arg) {
+    detach_fork *d = arg;
+    CHECK_EQ(lull_loop_fork(d->loop), 0);
+    run_until(d->loop, &d->cat.exits, 1);
+    CHECK_EQ(d->cat.status, -ECHILD);
+    CHECK_EQ(d->cat.sig, 0);
+    free_loop(d->loop);
+}
+
+TEST(forked_copy_reports_echild_for_a_child_reaped_before_the_fork) {
+    static detach_fork d;
+    d = (detach_fork){.loop = new_loop()};
+    lull_process_options o = {.argv = SH("exit 3")};
+    CHECK_EQ(spawn(d.loop, &d.cat, &o), 0);
+    int status = 0;
+    CHECK_EQ(waitpid(d.cat.p.pid, &status, 0), d.cat.p.pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+    CHECK(check_exits_cleanly(reaped_before_fork_body, &d));
+    run_until(d.loop, &d.cat.exits, 1);
+    /* The parent: the status the kernel kept, where it keeps one. */
+    CHECK(d.cat.status == 3 || d.cat.status == -ECHILD);
+    free_loop(d.loop);
+}
+
+/* The reaper's pidfds are closed in a forked copy (the children are not
+ * the copy's), but only those it still holds: the number of one it let go
+ * (its child reaped) may be the program's own fd by then, which the copy
+ * and the copy's own copies keep; and a copy's copy closes nothing the
+ * copy already closed and reused. */
+typedef struct reaper_fds_fork {
+    int let_go; /* the number of a pidfd the reaper closed, reused */
+    int held;   /* a pidfd the reaper held at the fork */
+    int spare;  /* an fd of the program's, dup2'd onto those numbers */
+} reaper_fds_fork;
+
+/* The lowest free fd from 3 up: the one the next F_DUPFD from 3 takes. */
+static int lowest_free_fd(int open_fd) {
+    int fd = fcntl(open_fd, F_DUPFD_CLOEXEC, 3);
+    CHECK(fd >= 3);
+    close(fd);
+    return fd;
+}
+
+static void reaper_fds_grandchild(void *arg) {
+    reaper_fds_fork *r = arg;
+    CHECK(fcntl(r->let_go, F_GETFD) >= 0);
+    CHECK(fcntl(r->held, F_GETFD) >= 0);
+}
+
+static void reaper_fds_copy(void *arg) {
+    reaper_fds_fork *r = arg;
+    CHECK(fcntl(r->let_go, F_GETFD) >= 0); /* the program's */
+    CHECK(fcntl(r->held, F_GETFD) < 0);    /* the reaper's: closed */
+    CHECK_EQ(dup2(r->spare, r->held), r->held);
+    CHECK(check_exits_cleanly(reaper_fds_grandchild, r));
+}
+
+TEST(forked_copies_close_only_the_pidfds_the_reaper_holds) {
+    lull_loop *loop = new_loop();
+    int pp[2];
+    CHECK_EQ(pipe2(pp, O_CLOEXEC), 0);
+    static reaper_fds_fork r;
+    r = (reaper_fds_fork){.spare = pp[0]};
+    kid held = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL}};
+    CHECK_EQ(spawn(loop, &held, &o), 0);
+    r.held = lowest_free_fd(pp[0]);
+    CHECK_EQ(lull_process_detach(&held.p), 0);
+    CHECK(fcntl(r.held, F_GETFD) >= 0); /* the reaper's copy of the pidfd */
+    kid quick = {0};
+    lull_process_options q = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(loop, &quick, &q), 0);
+    r.let_go = lowest_free_fd(pp[0]);
+    CHECK_EQ(lull_process_detach(&quick.p), 0);
+    /* Bounded: the reaper closes it once the child is reaped. */
+    for (int i = 0; i < 50000 && fcntl(r.let_go, F_GETFD) >= 0; i++)
+        usleep(100);
+    CHECK(fcntl(r.let_go, F_GETFD) < 0);
+    CHECK_EQ(dup2(pp[0], r.let_go), r.let_go);
+    CHECK(check_exits_cleanly(reaper_fds_copy, &r));
+    CHECK(fcntl(r.let_go, F_GETFD) >= 0);
+    CHECK(fcntl(r.held, F_GETFD) >= 0);
+    CHECK_EQ(kill(held.p.pid, SIGKILL), 0);
+    reaped_by_lull(held.p.pid);
+    close(r.let_go);
+    close(pp[0]);
+    close(pp[1]);
+    free_loop(loop);
+}
+
+/* ---------------------------------------------- the child's own set-up */
+
+/* The PATH search, as execvp's: a file by that name that cannot be run
+ * (no execute bit) is remembered and the search goes on; a later entry
+ * that holds a runnable one runs it, and with none the spawn is -EACCES,
+ * not -ENOENT. */
+TEST(path_search_skips_a_file_it_may_not_run_and_says_eacces) {
+    lull_loop *loop = new_loop();
+    char a[] = "/tmp/lull-test-eacces-XXXXXX",
+         b[] = "/tmp/lull-test-runs-XXXXXX";
+    CHECK(mkdtemp(a) != NULL);
+    CHECK(mkdtemp(b) != NULL);
+    char noexec[96], runs[96];
+    snprintf(noexec, sizeof noexec, "%s/lull-prog", a);
+    snprintf(runs, sizeof runs, "%s/lull-prog", b);
+    const char *files[] = {noexec, runs};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(files[i], "w");
+        CHECK(f != NULL);
+        fputs("#!/bin/sh\nexit 7\n", f);
+        CHECK_EQ(fclose(f), 0);
+    }
+    CHECK_EQ(chmod(noexec, 0600), 0); /* not runnable, also by root */
+    CHECK_EQ(chmod(runs, 0700), 0);
+    char only_noexec[128], both[256];
+    snprintf(only_noexec, sizeof only_noexec, "PATH=/nonexistent:%s", a);
+    snprintf(both, sizeof both, "PATH=%s:%s", a, b);
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"lull-prog", NULL},
+                              .envp = (char *[]){only_noexec, NULL}};
+    CHECK_EQ(spawn(loop, &k, &o), -EACCES);
+    CHECK(!have_zombie());
+    o.envp = (char *[]){both, NULL};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.status, 7);
+    CHECK_EQ(unlink(noexec), 0);
+    CHECK_EQ(unlink(runs), 0);
+    CHECK_EQ(rmdir(a), 0);
+    CHECK_EQ(rmdir(b), 0);
+    free_loop(loop);
+}
+
+/* NEW_GROUP with NEW_SESSION: the session's new group is the group asked
+ * for (setsid makes the child its leader; a setpgid after it would be
+ * refused, EPERM), so the spawn succeeds with both. */
+TEST(new_group_with_new_session) {
+    lull_loop *loop = new_loop();
+    kid k = {0};
+    lull_process_options o = {.argv = (char *[]){"sleep", "30", NULL},
+                              .flags = LULL_PROCESS_KILL_ON_CLOSE |
+                                       LULL_PROCESS_NEW_GROUP |
+                                       LULL_PROCESS_NEW_SESSION};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    CHECK_EQ(getsid(k.p.pid), k.p.pid);
+    CHECK_EQ(getpgid(k.p.pid), k.p.pid);
+    CHECK_EQ(lull_process_kill_group(&k.p, SIGTERM), 0);
+    run_until(loop, &k.exits, 1);
+    CHECK_EQ(k.sig, SIGTERM);
+    free_loop(loop);
+}
+
+/* A detached child the program itself reaped first (its own waitpid):
+ * the reaper's waitid then says ECHILD, and it lets the pidfd go all the
+ * same, rather than hold it for good. */
+TEST(detached_child_reaped_by_the_program_first_lets_its_pidfd_go) {
+    lull_loop *loop = new_loop();
+    int pp[2];
+    CHECK_EQ(pipe2(pp, O_CLOEXEC), 0);
+    kid k = {0};
+    lull_process_options o = {.argv = SH("exit 0")};
+    CHECK_EQ(spawn(loop, &k, &o), 0);
+    int status = 0;
+    CHECK_EQ(waitpid(k.p.pid, &status, 0), k.p.pid);
+    int fd = lowest_free_fd(pp[0]);
+    CHECK_EQ(lull_process_detach(&k.p), 0);
+    /* Bounded: the reaper closes it once it has looked. */
+    for (int i = 0; i < 50000 && fcntl(fd, F_GETFD) >= 0; i++)
+        usleep(100);
+    CHECK(fcntl(fd, F_GETFD) < 0);
+    close(pp[0]);
+    close(pp[1]);
+    free_loop(loop);
+}

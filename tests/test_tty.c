@@ -1386,3 +1386,76 @@ TEST(tty_fds_of_a_slave_never_take_closed_stdio) {
 TEST(tty_fds_of_a_master_never_take_closed_stdio) {
     tty_fds_above_stdio(true);
 }
+
+/* A tty on a pty's master (no name: entered in the reset table at init
+ * for its flags) closed while NORMAL gives no mode back: a change the
+ * program made to the terminal itself meanwhile stays. */
+TEST(close_in_normal_mode_keeps_the_programs_own_change) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    term k;
+    term_init(loop, &k, p.master);
+    struct termios own = mode_of(p.slave);
+    own.c_lflag &= ~(tcflag_t)ECHO;
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &own), 0);
+    term_close_and_wait(loop, &k);
+    CHECK(mode_is(p.slave, &own));
+    finish(loop, &p);
+}
+
+/* A second tty on a terminal that the first holds only in NORMAL takes
+ * the mode the terminal has now as the one to give back, not the first
+ * one's from before a change the program made in between: the table's
+ * mode is taken only from a tty that has the terminal out of NORMAL. */
+TEST(second_tty_saves_the_mode_the_program_set_since_the_first) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    term a, b;
+    term_init(loop, &a, p.master);
+    struct termios own = mode_of(p.slave);
+    own.c_lflag &= ~(tcflag_t)ECHO;
+    CHECK_EQ(tcsetattr(p.slave, TCSANOW, &own), 0);
+    term_init(loop, &b, p.master);
+    CHECK_EQ(lull_tty_set_mode(&b.t, LULL_TTY_MODE_RAW), 0);
+    CHECK(is_raw(p.slave));
+    term_close_and_wait(loop, &b);
+    CHECK(mode_is(p.slave, &own));
+    term_close_and_wait(loop, &a);
+    CHECK(mode_is(p.slave, &own));
+    finish(loop, &p);
+}
+
+/* A forked child's tty on the description its parent's tty holds
+ * non-blocking, and the child's lull_tty_reset_mode (an atexit or crash
+ * handler): the flags it gives back are the description's when the child
+ * opened its tty, not the parent's from before lull (the parent's entry
+ * is the parent's), so the parent's stream keeps O_NONBLOCK. */
+TEST(reset_mode_in_a_forked_childs_tty_leaves_the_parents_flags) {
+    lull_loop *loop = new_loop();
+    pty p = pty_open();
+    int fl = fcntl(p.master, F_GETFL);
+    CHECK(!(fl & O_NONBLOCK));
+    term k;
+    term_init(loop, &k, p.master);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    fflush(NULL);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        lull_loop *own = NULL;
+        if (lull_loop_new(&own, NULL) != 0) _exit(2);
+        static term c;
+        memset(&c, 0, sizeof c);
+        if (lull_tty_init(own, &c.t, p.master, NULL) != 0) _exit(3);
+        lull_tty_reset_mode();
+        _exit(fcntl(p.master, F_GETFL) & O_NONBLOCK ? 0 : 6);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    term_close_and_wait(loop, &k);
+    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
+    finish(loop, &p);
+}

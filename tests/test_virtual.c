@@ -373,6 +373,35 @@ TEST(virtual_now_moves_only_by_advance) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* The same in a loop that checks I/O after every callback (quantum_ns
+ * under 1 us), whose slices end without a clock reading and which reads
+ * the real clock for its busy time when a run ends or waits: the virtual
+ * time is not that reading. */
+TEST(virtual_now_stays_in_a_loop_that_checks_io_every_callback) {
+    lull_loop_options o = {.clock = LULL_CLOCK_VIRTUAL, .quantum_ns = 1};
+    lull_loop *loop = NULL;
+    CHECK_EQ(lull_loop_new(&loop, &o), 0);
+    the_loop = loop;
+    t0 = lull_loop_now(loop);
+    check_trace_reset();
+    item v[4];
+    items_init(v, 4);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 4; i++)
+            lull_task_post(loop, &v[i].task);
+        check_spin_ns(1 * MS);
+        CHECK_EQ(lull_loop_run(loop, LULL_RUN_DEFAULT), 0);
+        for (int i = 0; i < 4; i++) {
+            CHECK_EQ(v[i].runs, round + 1);
+            CHECK_U64_EQ(v[i].at, 0);
+        }
+        CHECK_U64_EQ(lull_loop_now(loop), t0);
+    }
+    lull_loop_advance(loop, 7);
+    CHECK_U64_EQ(lull_loop_now(loop) - t0, 7);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* lull_loop_advance is a no-op on a monotonic loop: it neither runs work nor
  * moves anything. */
 TEST(advance_on_monotonic_loop_is_noop) {
