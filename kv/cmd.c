@@ -112,13 +112,14 @@ static bool held_keep(kv *k, const resp_arg *a, size_t argc) {
     return true;
 }
 
-void kv_log(kv *k, const resp_arg *a, size_t argc) {
-    /* Every write that changed something is logged, on a replica too (which
-     * keeps none): what its record names is what WATCH looks for. */
-    if (k->watched.count) kv_watch_touch_record(k, a, argc);
-    if (k->replica) return;
+/* What kv_log does before a record in its rare cases (a planted bug's
+ * held write, a transaction's first write): true when the record is
+ * held, not logged. Out of line: inlined, their calls made every write's
+ * kv_log save six registers and a frame (some 8 instructions a SET). */
+static __attribute__((noinline)) bool log_before(kv *k, const resp_arg *a,
+                                                 size_t argc) {
     if (k->plant & KV_PLANT_ACK_BEFORE_LOG) {
-        if (held_keep(k, a, argc)) return;
+        if (held_keep(k, a, argc)) return true;
         held_flush(k);
     }
     if (k->in_exec && !k->multi_logged) {
@@ -126,6 +127,19 @@ void kv_log(kv *k, const resp_arg *a, size_t argc) {
         log_append(k, &multi, 1);
         k->multi_logged = true;
     }
+    return false;
+}
+
+void kv_log(kv *k, const resp_arg *a, size_t argc) {
+    /* Every write that changed something is logged, on a replica too (which
+     * keeps none): what its record names is what WATCH looks for. */
+    if (k->watched.count) kv_watch_touch_record(k, a, argc);
+    if (k->replica) return;
+    if (__builtin_expect((k->plant & KV_PLANT_ACK_BEFORE_LOG) ||
+                             (k->in_exec && !k->multi_logged),
+                         0) &&
+        log_before(k, a, argc))
+        return;
     if (repl_log_write(&k->log, a, argc) < 0) kv_oom("the write log");
 }
 

@@ -256,10 +256,55 @@ suspend: /* argument i, its header at pos, is not all there */
     return RESP_INCOMPLETE;
 }
 
+/* What a byte is to the inline splitter (sdssplitargs without quoting):
+ * IN_END ends a word (space, tab, CR), IN_SKIP is skipped between words
+ * (those, a vertical tab, a form feed: isspace), IN_LF ends the line. */
+enum { IN_END = 1, IN_SKIP = 2, IN_LF = 4 };
+static const unsigned char inline_class[256] = {
+    [' '] = IN_END | IN_SKIP,  ['\t'] = IN_END | IN_SKIP,
+    ['\r'] = IN_END | IN_SKIP, ['\v'] = IN_SKIP,
+    ['\f'] = IN_SKIP,          ['\n'] = IN_LF,
+};
+
+/* parse_inline for a line not looked at before (st->pos 0) that is all
+ * there, within RESP_MAX_INLINE and within argv: its words split in the
+ * same pass that finds its LF, where the general path searches for the
+ * LF first and then goes over the line again. 0 for anything else (no
+ * LF yet, a line too long, more words than argv holds), which
+ * parse_inline then answers from the start. */
+static long inline_one_pass(const resp_limits *lim, resp_state *st,
+                            const char *buf, size_t len, resp_arg *argv,
+                            size_t *argc) {
+    const unsigned char *b = (const unsigned char *)buf;
+    /* An LF past RESP_MAX_INLINE is an error parse_inline reports. */
+    size_t stop = len <= RESP_MAX_INLINE ? len : RESP_MAX_INLINE + 1;
+    size_t n = 0, i = 0;
+    for (;;) {
+        while (i < stop && (inline_class[b[i]] & IN_SKIP))
+            i++;
+        if (i == stop) return 0;
+        if (b[i] == '\n') break;
+        size_t start = i;
+        while (i < stop && !(inline_class[b[i]] & (IN_END | IN_LF)))
+            i++;
+        if (n == lim->max_args) return 0; /* RESP_GROW or an error */
+        argv[n].p = buf + start;
+        argv[n].len = i - start;
+        n++;
+    }
+    st->scanned += 2 * i + 1; /* as parse_inline counts: LF search, words */
+    *argc = n;
+    return (long)i + 1;
+}
+
 /* st->pos: the bytes of the line already searched for its LF. */
 static long parse_inline(const resp_limits *lim, resp_state *st,
                          const char *buf, size_t len, resp_arg *argv,
                          size_t *argc, const char **err) {
+    if (st->pos == 0) {
+        long r = inline_one_pass(lim, st, buf, len, argv, argc);
+        if (r > 0) return r;
+    }
     long lf = find_lf(buf, len, st->pos);
     st->scanned += (lf < 0 ? len : (size_t)lf + 1) - st->pos;
     if (lf < 0) {

@@ -131,6 +131,19 @@ long resp_parse_general(const resp_limits *lim, resp_state *st, const char *buf,
                         size_t len, resp_arg *argv, size_t *argc,
                         const char **err, size_t *need);
 
+/* Whether p[0, 2) is CRLF: one 16-bit load and compare, where two byte
+ * compares cost a request's parse some 4 instructions an argument (each
+ * argument's header and body end in one). */
+static inline __attribute__((always_inline)) bool resp_crlf(const char *p) {
+    uint16_t v;
+    memcpy(&v, p, 2);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    return v == ('\r' << 8 | '\n');
+#else
+    return v == ('\n' << 8 | '\r');
+#endif
+}
+
 /* The number of a common header, 1 to 9 digits then CRLF, all in the
  * buffer, at *pp (past the tag): true with *out and *pp past the CRLF;
  * false for anything else (a sign, a leading zero, a longer, malformed or
@@ -141,12 +154,12 @@ resp_quick_num(const char **pp, const char *end, size_t *out) {
     if (end - p >= 4) { /* one or two digits, what almost every one is */
         unsigned d0 = (unsigned)(unsigned char)p[0] - '0';
         unsigned d1 = (unsigned)(unsigned char)p[1] - '0';
-        if (d0 <= 9 && p[1] == '\r' && p[2] == '\n') {
+        if (d0 <= 9 && resp_crlf(p + 1)) {
             *out = d0;
             *pp = p + 3;
             return true;
         }
-        if (d0 - 1 <= 8 && d1 <= 9 && p[2] == '\r' && p[3] == '\n') {
+        if (d0 - 1 <= 8 && d1 <= 9 && resp_crlf(p + 2)) {
             *out = d0 * 10 + d1;
             *pp = p + 4;
             return true;
@@ -191,9 +204,7 @@ resp_parse_whole(const resp_limits *lim, const char *bytes, size_t len,
         if (p == end || *p != '$') return 0;
         p++;
         if (!resp_quick_num(&p, end, &blen) || blen > lim->max_bulk) return 0;
-        if ((size_t)(end - p) < blen + 2 || p[blen] != '\r' ||
-            p[blen + 1] != '\n')
-            return 0;
+        if ((size_t)(end - p) < blen + 2 || !resp_crlf(p + blen)) return 0;
         argv[i].p = p;
         argv[i].len = blen;
         p += blen + 2;

@@ -344,6 +344,82 @@ TEST(resp_inline_words_split_as_redis) {
     }
 }
 
+/* The general path's answer for an inline line: the same bytes, once
+ * searched in part already (st->pos set by a call on a prefix that holds
+ * no LF), so that the line's complete parse goes by the LF search and the
+ * split after it. */
+static long inline_resumed(const resp_limits *lim, const char *in, size_t n,
+                           size_t cut, resp_arg *argv, size_t *argc,
+                           const char **err) {
+    resp_state st = {0};
+    size_t need;
+    long r = resp_parse_resume(lim, &st, in, cut, argv, argc, err, &need);
+    if (r != RESP_INCOMPLETE) return r;
+    CHECK_EQ(st.pos, cut); /* the next call starts past the bytes seen */
+    return resp_parse_resume(lim, &st, in, n, argv, argc, err, &need);
+}
+
+TEST(resp_inline_one_pass_agrees_with_general_path) {
+    /* A new inline line all there is split in the pass that finds its LF;
+     * a line resumed is searched for its LF and split after. Both must
+     * give the same words, length, error or request for room: random
+     * lines of words, every separator, NULs and bare CRs, some past
+     * argv's size (with and without room to grow), cut after their first
+     * byte for the general path. */
+    static const char alphabet[] = {'a', 'b', ' ', '\t', '\r', '\v', '\f', 0};
+    const resp_limits fixed = {.max_bulk = 1000, .max_args = 4};
+    const resp_limits grows = {
+        .max_bulk = 1000, .max_args = 4, .grow_args = 64};
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    size_t compared = 0, refused = 0, grown = 0;
+    for (int round = 0; round < 20000; round++) {
+        char in[48];
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        size_t n = 2 + (size_t)(seed >> 59); /* 2 to 33 bytes */
+        for (size_t i = 0; i + 1 < n; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            in[i] = alphabet[(seed >> 40) % sizeof alphabet];
+        }
+        in[n - 1] = '\n';
+        if (in[0] == '*') in[0] = 'a'; /* (not a multibulk) */
+        const resp_limits *lim = round % 2 ? &grows : &fixed;
+        resp_arg a1[4], a2[4];
+        size_t c1 = 99, c2 = 99;
+        const char *e1 = NULL, *e2 = NULL;
+        long whole = resp_parse(lim, in, n, a1, &c1, &e1);
+        long resumed = inline_resumed(lim, in, n, 1, a2, &c2, &e2);
+        CHECK_EQ(whole, resumed);
+        if (whole == RESP_ERROR) {
+            CHECK(e1 && e2 && strcmp(e1, e2) == 0);
+            refused++;
+            continue;
+        }
+        CHECK_EQ(c1, c2);
+        if (whole == RESP_GROW) {
+            grown++;
+            continue;
+        }
+        CHECK_EQ(whole, (long)n);
+        for (size_t i = 0; i < c1; i++)
+            CHECK(a1[i].p == a2[i].p && a1[i].len == a2[i].len);
+        compared++;
+    }
+    printf("%zu lines split alike, %zu refused alike, %zu grown alike\n",
+           compared, refused, grown);
+    CHECK(compared > 1000 && refused > 100 && grown > 100);
+    /* What the one pass counts as looked at, as the general path did for a
+     * line found whole: its bytes to the LF, and the words again. */
+    resp_state st = {0};
+    resp_arg argv[4];
+    size_t argc, need;
+    const char *err;
+    CHECK_EQ(resp_parse_resume(&fixed, &st, S("GET k\r\n"), argv, &argc, &err,
+                               &need),
+             7);
+    CHECK_EQ(st.scanned, 7 + 6);
+    CHECK_EQ(st.pos, 0);
+}
+
 TEST(resp_inline_too_long) {
     /* An inline line with no end is refused once it passes the limit,
      * rather than buffered for ever. */
