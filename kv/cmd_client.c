@@ -187,6 +187,10 @@ static void touch(kv *k, const char *p, size_t len, bool del) {
         if (!del || w->was_live) w->cl->watch_dirty = true;
 }
 
+void kv_watch_touch_key(kv *k, const resp_arg *key) {
+    if (k->watched.count) touch(k, key->p, key->len, false);
+}
+
 void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc) {
     if (argc < 2 || resp_is(&a[0], "PUBLISH")) return;
     /* Where a record's keys are: one at a[1] but for these. */

@@ -69,6 +69,9 @@ void kv_discard(kv *k, kv_client *cl);
  * flush). */
 void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc);
 void kv_watch_touch_present(kv *k);
+/* A write that changed nothing, so logs nothing, yet is one to WATCH in
+ * Redis (an LTRIM that removes nothing): the key's watchers fail. */
+void kv_watch_touch_key(kv *k, const resp_arg *key);
 /* The client watches nothing (EXEC, DISCARD, UNWATCH, RESET, its end). */
 void kv_unwatch(kv *k, kv_client *cl);
 /* Adds commands to the table (at start-up, once). */

@@ -592,7 +592,10 @@ static void cmd_ltrim(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
             list_trim(l, from, n - 1 - to);
         else
             list_trim(l, 0, n);
-        if (l->n != n) kv_log(k, a, argc);
+        if (l->n != n)
+            kv_log(k, a, argc);
+        else
+            kv_watch_touch_key(k, &a[1]); /* a write still (Redis) */
         drop_if_empty(k, e, l->n);
     }
     reply_ok(out);

@@ -7605,6 +7605,13 @@ TEST(watch_and_expiry) {
     watch_close(&w);
 }
 
+/* An LTRIM of a list that removes nothing is a write to WATCH in
+ * redis-server 7.0, though there is nothing to log. */
+TEST(watch_fails_after_an_ltrim_that_removes_nothing) {
+    CHECK(!exec_after("RPUSH l a b", "l", "LTRIM l 0 -1"));
+    CHECK(exec_after(NULL, "l", "LTRIM l 0 -1")); /* no list: no write */
+}
+
 /* CLIENT LIST's flags show a watch that will fail EXEC ('d'). */
 TEST(watch_dirty_shows_in_client_flags) {
     watch_pair w;
