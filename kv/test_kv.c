@@ -7612,6 +7612,25 @@ TEST(watch_fails_after_an_ltrim_that_removes_nothing) {
     CHECK(exec_after(NULL, "l", "LTRIM l 0 -1")); /* no list: no write */
 }
 
+/* An SMOVE of a member the destination has already fails only the
+ * source's watch (redis-server 7.0). */
+TEST(watch_smove_onto_a_member_is_no_write_of_the_destination) {
+    watch_pair w;
+    watch_open(&w);
+    B(&w, "SADD s x y");
+    B(&w, "SADD d x");
+    A(&w, "WATCH d");
+    CHECK(strcmp(B(&w, "SMOVE s d x"), ":1\r\n") == 0);
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "EXEC"), "*0\r\n") == 0);
+    A(&w, "WATCH s");
+    CHECK(strcmp(B(&w, "SMOVE s d y"), ":1\r\n") == 0);
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "EXEC"), "*-1\r\n") == 0);
+    CHECK(strcmp(B(&w, "SMEMBERS s"), "*0\r\n") == 0);
+    watch_close(&w);
+}
+
 /* CLIENT LIST's flags show a watch that will fail EXEC ('d'). */
 TEST(watch_dirty_shows_in_client_flags) {
     watch_pair w;
