@@ -56,6 +56,10 @@ typedef struct kv_client {
      * written since, which fails the next EXEC. */
     kv_watch *watches;
     bool watch_dirty;
+    /* What the watches take (each with its key's entry in kv.watched,
+     * shared or not): counted in tot-mem and maxmemory-clients, as the
+     * queue is, or a client could hold any memory by WATCHing keys. */
+    size_t watch_bytes;
 } kv_client;
 
 /* CLIENT LIST's and KILL's types of client, as Redis names them. */

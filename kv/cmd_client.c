@@ -151,6 +151,13 @@ void kv_unwatch(kv *k, kv_client *cl) {
         free(w);
     }
     cl->watch_dirty = false;
+    cl->watch_bytes = 0;
+}
+
+/* What one watch of a key of `len` bytes counts in its client's memory
+ * (kv_client.watch_bytes): its kv_watch and the key's entry. */
+static size_t watch_size(size_t len) {
+    return sizeof(kv_watch) + sizeof(dict_entry) + sizeof(kv_watch *) + len;
 }
 
 /* False when out of memory. */
@@ -176,6 +183,7 @@ static bool watch(kv *k, kv_client *cl, const resp_arg *key) {
     if (w->knext) w->knext->kprev = w;
     *first_watch(e) = w;
     cl->watches = w;
+    cl->watch_bytes += watch_size(key->len);
     return true;
 }
 
@@ -854,8 +862,9 @@ void kv_client_line(const kv_client *cl, const kv_conn_info *ci, buf *out) {
         cl ? cl->subs[1].count : 0,
         cl && cl->multi ? (long long)cl->queued : -1LL, ci->qbuf, ci->qbuf_free,
         ci->argv_mem, multi_mem, ci->rbs, ci->rbp, ci->obl, ci->oll, ci->omem,
-        ci->tot_mem + multi_mem + name_mem, ci->events,
-        cl && cl->cmd ? cl->cmd : "NULL", cl ? "default" : "(superuser)");
+        ci->tot_mem + multi_mem + name_mem + (cl ? cl->watch_bytes : 0),
+        ci->events, cl && cl->cmd ? cl->cmd : "NULL",
+        cl ? "default" : "(superuser)");
     buf_put(out, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
 }
 

@@ -7631,6 +7631,45 @@ TEST(watch_smove_onto_a_member_is_no_write_of_the_destination) {
     watch_close(&w);
 }
 
+/* The keys a client watches are memory it holds: CLIENT LIST's tot-mem
+ * grows with them (as redis-server 7.0's, by 56 bytes a key there) and
+ * falls back at UNWATCH; a key watched twice counts once. */
+static size_t tot_mem_of(const kv_client *cl) {
+    kv_conn_info ci = {
+        .id = 1, .addr = "a:1", .laddr = "b:2", .fd = -1, .events = "r"};
+    buf line = {0};
+    kv_client_line(cl, &ci, &line);
+    buf_put(&line, "", 1);
+    const char *t = strstr(line.p, " tot-mem=");
+    CHECK(t != NULL);
+    size_t n = strtoull(t + 9, NULL, 10);
+    buf_free(&line);
+    return n;
+}
+
+TEST(watched_keys_count_in_the_clients_memory) {
+    watch_pair w;
+    watch_open(&w);
+    size_t before = tot_mem_of(&w.a);
+    CHECK_EQ(w.a.watch_bytes, 0);
+    char line[64];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(line, sizeof line, "WATCH key:%04d", i);
+        CHECK(strcmp(A(&w, line), "+OK\r\n") == 0);
+    }
+    A(&w, "WATCH key:0000 key:0999"); /* watched already */
+    B(&w, "WATCH key:0000");
+    size_t with = tot_mem_of(&w.a);
+    /* at least the key and a pointer each, however it is kept */
+    CHECK(with >= before + 1000 * (8 + sizeof(void *)));
+    CHECK_EQ(with - before, w.a.watch_bytes);
+    CHECK_EQ(tot_mem_of(&w.b), before + w.a.watch_bytes / 1000);
+    A(&w, "UNWATCH");
+    CHECK_EQ(tot_mem_of(&w.a), before);
+    CHECK_EQ(w.a.watch_bytes, 0);
+    watch_close(&w);
+}
+
 /* CLIENT LIST's flags show a watch that will fail EXEC ('d'). */
 TEST(watch_dirty_shows_in_client_flags) {
     watch_pair w;
