@@ -162,6 +162,12 @@ struct kv {
      * lookups log fits. Without it (a read) an expired key whose DEL finds
      * no memory is left for the timer. */
     bool room_reserved;
+    /* The room EXEC asked for its writes (0: none, or not in EXEC), and
+     * the log's end and record count then: what is left of it is asked
+     * for again by whatever else logs inside the transaction (a read's
+     * DEL of an expired key, SPOP's records), which must not take it. */
+    size_t exec_room, exec_nrec, exec_rec_from;
+    uint64_t exec_from;
     /* Running a record of the primary's (a replica): every key is seen as
      * it is (expiry is the primary's to decide), and writes are allowed. */
     bool applying;

@@ -376,6 +376,8 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         kv_discard(k, cl);
         return;
     }
+    bool reserved = len && !k->replica && !k->log.idle;
+    if (reserved) kv_exec_room_set(k, len + 32, nrec);
     kv_unwatch(k, cl); /* its own writes below fail no EXEC of its */
     kv_queued *q = cl->queue;
     cl->queue = NULL;
@@ -386,11 +388,17 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     k->multi_logged = false;
     while (q) {
         kv_queued *next = q->next;
+        /* A write's share of the room covers the DEL of a key of its
+         * expired; a read's lookup asks for room beside the writes'. */
+        const kv_cmd *c = kv_command(&q->argv[0]);
+        k->room_reserved =
+            reserved && c && (c->flags & (CMD_WRITE | CMD_LOGGED));
         kv_run(k, cl, q->argv, q->argc, out);
         free(q);
         q = next;
     }
     k->in_exec = false;
+    kv_exec_room_set(k, 0, 0);
     if (k->multi_logged) {
         static const resp_arg exec = {"EXEC", 4};
         kv_log(k, &exec, 1);

@@ -103,6 +103,10 @@ bool kv_log_room(kv *k, size_t len, size_t nrec, buf *out);
  * what it may log besides or instead (a MULTI before it, a record
  * rewritten with longer numbers, the DELs of keys it finds expired). */
 size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec);
+/* EXEC asked the log for len bytes and nrec records for its writes (0:
+ * none, its end): kv_log_room and a read's DEL of an expired key inside
+ * it ask for what is left of them too. */
+void kv_exec_room_set(kv *k, size_t len, size_t nrec);
 void kv_oom(const char *what) __attribute__((noreturn));
 
 /* SCAN's cursor as Redis reads it (strtoul's rules); false: invalid. */

@@ -7670,6 +7670,121 @@ TEST(watched_keys_count_in_the_clients_memory) {
     watch_close(&w);
 }
 
+/* A transaction's writes have their room in the log asked for at EXEC
+ * (their records, with slack for the DEL of a key of theirs expired);
+ * the commands before them must not take it. A read's lookup of an
+ * expired key logged its DEL into it (the EXEC had reserved), and SPOP's
+ * own ask for its records started a chunk only as long as they: either
+ * way a later write's record then found no memory and stopped lull-kv
+ * (kv_oom). */
+
+/* On a kv with a fixed clock (watch_pair) whose log's every chunk is as
+ * long as asked (chunk_size 16): `setup` run by b, the clock moved on
+ * `later` ms, then a's MULTI and `queued`, and a chunk with exactly the
+ * room a's EXEC will ask for. */
+static void exec_room_setup(watch_pair *w, const char *const *setup,
+                            size_t nsetup, int64_t later,
+                            const char *const *queued, size_t n) {
+    watch_open(w);
+    w->k.log.chunk_size = 16;
+    for (size_t i = 0; i < nsetup; i++)
+        B(w, setup[i]);
+    fixed_now += later;
+    static char echo[1200] = "ECHO ";
+    memset(echo + 5, 'x', 1000); /* the reply buffer grows no more */
+    A(w, echo);
+    CHECK(strcmp(A(w, "MULTI"), "+OK\r\n") == 0);
+    size_t len = 0, nrec = 2;
+    for (size_t i = 0; i < n; i++) {
+        static char copy[2048];
+        resp_arg argv[64];
+        size_t argc = 0, r;
+        snprintf(copy, sizeof copy, "%s", queued[i]);
+        for (char *t = strtok(copy, " "); t; t = strtok(NULL, " "))
+            argv[argc++] = (resp_arg){t, strlen(t)};
+        const kv_cmd *c = kv_command(&argv[0]);
+        CHECK(c != NULL);
+        if (c->flags & CMD_WRITE) {
+            len += kv_log_need(argv, argc, &r);
+            nrec += r;
+        }
+        CHECK(strcmp(A(w, queued[i]), "+QUEUED\r\n") == 0);
+    }
+    CHECK_EQ(repl_log_room(&w->k.log, len + 32, nrec), 0);
+    CHECK(w->k.log.nchunks < w->k.log.chunks_cap);
+}
+
+static int exec_read_of_expired_child(void) {
+    static const char *const setup[] = {"SET expired:key:number:0 1 PX 100",
+                                        "SET expired:key:number:1 1 PX 100",
+                                        "SET expired:key:number:2 1 PX 100",
+                                        "SET expired:key:number:3 1 PX 100",
+                                        "SET expired:key:number:4 1 PX 100",
+                                        "SET expired:key:number:5 1 PX 100",
+                                        "SET expired:key:number:6 1 PX 100",
+                                        "SET expired:key:number:7 1 PX 100",
+                                        "SET x z"};
+    static const char *const queued[] = {
+        "MGET expired:key:number:0 expired:key:number:1 "
+        "expired:key:number:2 expired:key:number:3 expired:key:number:4 "
+        "expired:key:number:5 expired:key:number:6 expired:key:number:7",
+        "SET x y"};
+    watch_pair w;
+    exec_room_setup(&w, setup, 9, 101, queued, 2);
+    shim_reset(1);
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM); /* no more memory */
+    arm(true);
+    const char *r = A(&w, "EXEC");
+    arm(false);
+    CHECK(strcmp(r, "*2\r\n*8\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n"
+                    "$-1\r\n$-1\r\n$-1\r\n+OK\r\n") == 0);
+    CHECK(strcmp(last_record(&w.k), "*1\r\n$4\r\nEXEC\r\n") == 0);
+    /* The expired keys wait for the timer (or a write that finds them). */
+    CHECK_EQ(store_count(&w.k.db), 9);
+    CHECK(strcmp(A(&w, "DEL expired:key:number:0"), ":0\r\n") == 0);
+    CHECK_EQ(store_count(&w.k.db), 8);
+    CHECK(strcmp(A(&w, "GET x"), "$1\r\ny\r\n") == 0);
+    watch_close(&w);
+    return 0;
+}
+
+TEST(exec_read_of_expired_key_leaves_the_writes_their_room) {
+    in_child(exec_read_of_expired_child);
+}
+
+static int exec_spop_child(void) {
+    static const char *const setup[] = {
+        "SADD s member:number:00000000000000000000001 "
+        "member:number:00000000000000000000002 "
+        "member:number:00000000000000000000003 "
+        "member:number:00000000000000000000004 "
+        "member:number:00000000000000000000005 "
+        "member:number:00000000000000000000006 "
+        "member:number:00000000000000000000007 "
+        "member:number:00000000000000000000008 "
+        "member:number:00000000000000000000009 "
+        "member:number:00000000000000000000010",
+        "SET x z"};
+    static const char *const queued[] = {"SPOP s 10", "SET x y"};
+    watch_pair w;
+    exec_room_setup(&w, setup, 2, 0, queued, 2);
+    shim_reset(1);
+    /* SPOP's copy of its arguments and one chunk, no more memory */
+    fail_nth(K_MALLOC, -1, 3, UINT64_MAX, ENOMEM);
+    arm(true);
+    const char *r = A(&w, "EXEC");
+    arm(false);
+    CHECK(strncmp(r, "*2\r\n", 4) == 0);
+    CHECK(strcmp(last_record(&w.k), "*1\r\n$4\r\nEXEC\r\n") == 0);
+    CHECK(strcmp(B(&w, "GET x"), "$1\r\ny\r\n") == 0);
+    watch_close(&w);
+    return 0;
+}
+
+TEST(exec_spop_leaves_the_writes_after_it_their_room) {
+    in_child(exec_spop_child);
+}
+
 /* CLIENT LIST's flags show a watch that will fail EXEC ('d'). */
 TEST(watch_dirty_shows_in_client_flags) {
     watch_pair w;
