@@ -4602,6 +4602,35 @@ TEST(out_of_memory_sweep_multi) {
     OOM_SWEEP(oom_with_replica, st);
 }
 
+/* WATCH and UNWATCH, a watch failed by another's write and one that
+ * holds, and two clients watching the same key, each with its memory
+ * failing: nothing stops, nothing leaks, an EXEC that runs runs whole. */
+TEST(out_of_memory_sweep_watch) {
+    static const oom_step setup[] = {{'A', "SET w1 x", NULL},
+                                     {'r', NULL, NULL}};
+    static const oom_step st[] = {
+        {'A', "WATCH w1 w2 w3", NULL},
+        {'B', "WATCH w2 w4", NULL},
+        {'B', "SET w2 y", "GET w2"},
+        {'A', "MULTI", NULL},
+        {'A', "SET t v", NULL},
+        {'A', "EXEC", NULL},
+        {'A', "WATCH w1 w4", NULL},
+        {'A', "UNWATCH", NULL},
+        {'A', "WATCH w5 @MID", NULL},
+        {'A', "MULTI", NULL},
+        {'A', "INCR c", NULL},
+        {'A', "EXEC", "GET c"},
+        {'B', "MULTI", NULL},
+        {'B', "SET w4 q", NULL},
+        {'B', "EXEC", NULL},
+        {'B', "WATCH w4", NULL},
+        {'A', "SET w4 r", "GET w4"},
+        {'R', NULL, NULL},
+    };
+    OOM_SWEEP(setup, st);
+}
+
 TEST(out_of_memory_sweep_pubsub) {
     static const oom_step setup[] = {{'S', "SUBSCRIBE ch", NULL},
                                      {'r', NULL, NULL}};
