@@ -183,6 +183,8 @@ struct kv {
     /* Subscriptions looked at or looked up by (P)SUBSCRIBE and
      * (P)UNSUBSCRIBE: what the tests measure their cost by. */
     uint64_t pubsub_steps;
+    /* The watches WATCH looked at for one already there (tests). */
+    uint64_t watch_steps;
     /* A message was added to cl->out outside its own command: the owner
      * sends it (and holds the client to its output limit). */
     void (*wake)(kv_client *cl);

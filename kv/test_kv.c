@@ -7785,6 +7785,45 @@ TEST(exec_spop_leaves_the_writes_after_it_their_room) {
     in_child(exec_spop_child);
 }
 
+/* Thousands of clients watching one key: a WATCH looked for the client
+ * among every watcher of the key (as Redis 7.0 looks among every key of
+ * the client), so N clients' WATCHes took N^2/2 steps, and one client's
+ * WATCH of that key again took N each. It now walks the key's watchers
+ * and the client's watches side by side, and stops at the shorter. */
+TEST(watch_of_a_key_thousands_watch_costs_no_walk_of_them) {
+    kv k;
+    kv_setup(&k, false);
+    enum { N = 4000 };
+    kv_client *c = calloc(N, sizeof *c);
+    buf *o = calloc(N, sizeof *o);
+    CHECK(c != NULL && o != NULL);
+    uint64_t steps = k.watch_steps;
+    for (int i = 0; i < N; i++) {
+        kv_client_init(&c[i], NULL, &o[i]);
+        CHECK(strcmp(exec_cl(&k, &c[i], &o[i], "WATCH hot"), "+OK\r\n") == 0);
+    }
+    CHECK(k.watch_steps - steps <= 2 * N);
+    steps = k.watch_steps;
+    for (int i = 0; i < 1000; i++)
+        exec_cl(&k, &c[N / 2], &o[N / 2], "WATCH hot");
+    CHECK(k.watch_steps - steps <= 2 * 1000);
+    CHECK_EQ(k.watched.count, 1);
+    /* One write: each watcher marked, once. */
+    exec_cl(&k, &c[0], &o[0], "SET hot 1");
+    for (int i = 0; i < N; i++) {
+        exec_cl(&k, &c[i], &o[i], "MULTI");
+        CHECK(strcmp(exec_cl(&k, &c[i], &o[i], "EXEC"), "*-1\r\n") == 0);
+    }
+    CHECK_EQ(k.watched.count, 0);
+    for (int i = 0; i < N; i++) {
+        kv_client_reset(&k, &c[i]);
+        buf_free(&o[i]);
+    }
+    free(c);
+    free(o);
+    kv_free(&k);
+}
+
 /* CLIENT LIST's flags show a watch that will fail EXEC ('d'). */
 TEST(watch_dirty_shows_in_client_flags) {
     watch_pair w;
