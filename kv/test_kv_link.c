@@ -4609,24 +4609,15 @@ TEST(out_of_memory_sweep_watch) {
     static const oom_step setup[] = {{'A', "SET w1 x", NULL},
                                      {'r', NULL, NULL}};
     static const oom_step st[] = {
-        {'A', "WATCH w1 w2 w3", NULL},
-        {'B', "WATCH w2 w4", NULL},
-        {'B', "SET w2 y", "GET w2"},
-        {'A', "MULTI", NULL},
-        {'A', "SET t v", NULL},
-        {'A', "EXEC", NULL},
-        {'A', "WATCH w1 w4", NULL},
-        {'A', "UNWATCH", NULL},
-        {'A', "WATCH w5 @MID", NULL},
-        {'A', "MULTI", NULL},
-        {'A', "INCR c", NULL},
-        {'A', "EXEC", "GET c"},
-        {'B', "MULTI", NULL},
-        {'B', "SET w4 q", NULL},
-        {'B', "EXEC", NULL},
-        {'B', "WATCH w4", NULL},
-        {'A', "SET w4 r", "GET w4"},
-        {'R', NULL, NULL},
+        {'A', "WATCH w1 w2 w3", NULL}, {'B', "WATCH w2 w4", NULL},
+        {'B', "SET w2 y", "GET w2"},   {'A', "MULTI", NULL},
+        {'A', "SET t v", NULL},        {'A', "EXEC", NULL},
+        {'A', "WATCH w1 w4", NULL},    {'A', "UNWATCH", NULL},
+        {'A', "WATCH w5 @MID", NULL},  {'A', "MULTI", NULL},
+        {'A', "INCR c", NULL},         {'A', "EXEC", "GET c"},
+        {'B', "MULTI", NULL},          {'B', "SET w4 q", NULL},
+        {'B', "EXEC", NULL},           {'B', "WATCH w4", NULL},
+        {'A', "SET w4 r", "GET w4"},   {'R', NULL, NULL},
     };
     OOM_SWEEP(setup, st);
 }
