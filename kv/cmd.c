@@ -156,8 +156,29 @@ size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec) {
     return repl_record_len(a, argc) + 64 + 32 * argc;
 }
 
+/* Adds to *len and *nrec what is left of the room EXEC asked for its
+ * writes: a record logged inside the transaction by anything else (a
+ * read's DEL of an expired key, SPOP's records) asks for both, or it
+ * would take the room of the writes after it, whose records would then
+ * find no memory (kv_oom). */
+static void exec_room_left(const kv *k, size_t *len, size_t *nrec) {
+    if (!k->in_exec || !k->exec_room) return;
+    uint64_t used = k->log.end - k->exec_from;
+    size_t urec = k->log.nrec - k->exec_rec_from;
+    if (used < k->exec_room) *len += k->exec_room - (size_t)used;
+    if (urec < k->exec_nrec) *nrec += k->exec_nrec - urec;
+}
+
+void kv_exec_room_set(kv *k, size_t len, size_t nrec) {
+    k->exec_room = len;
+    k->exec_nrec = nrec;
+    k->exec_from = k->log.end;
+    k->exec_rec_from = k->log.nrec;
+}
+
 bool kv_log_room(kv *k, size_t len, size_t nrec, buf *out) {
     if (k->replica || k->log.idle) return true; /* nothing is kept */
+    exec_room_left(k, &len, &nrec);
     if (repl_log_room(&k->log, len, nrec) == 0) {
         k->room_reserved = true;
         return true;
@@ -183,9 +204,11 @@ static inline bool write_room(kv *k, const kv_cmd *c, const resp_arg *a,
  * record. */
 static bool expire_key(kv *k, dict_entry *e, bool may_wait) {
     resp_arg del[2] = {{"DEL", 3}, {dict_key(&k->db.d, e), e->klen}};
-    if (may_wait && !k->replica &&
-        repl_log_room(&k->log, repl_record_len(del, 2), 1) < 0)
-        return false;
+    if (may_wait && !k->replica) {
+        size_t len = repl_record_len(del, 2), nrec = 1;
+        exec_room_left(k, &len, &nrec);
+        if (repl_log_room(&k->log, len, nrec) < 0) return false;
+    }
     kv_log(k, del, 2);
     store_delete(&k->db, e);
     k->expiry_changed = true;

@@ -56,6 +56,10 @@ typedef struct kv_client {
      * written since, which fails the next EXEC. */
     kv_watch *watches;
     bool watch_dirty;
+    /* What the watches take (each with its key's entry in kv.watched,
+     * shared or not): counted in tot-mem and maxmemory-clients, as the
+     * queue is, or a client could hold any memory by WATCHing keys. */
+    size_t watch_bytes;
 } kv_client;
 
 /* CLIENT LIST's and KILL's types of client, as Redis names them. */
@@ -162,6 +166,12 @@ struct kv {
      * lookups log fits. Without it (a read) an expired key whose DEL finds
      * no memory is left for the timer. */
     bool room_reserved;
+    /* The room EXEC asked for its writes (0: none, or not in EXEC), and
+     * the log's end and record count then: what is left of it is asked
+     * for again by whatever else logs inside the transaction (a read's
+     * DEL of an expired key, SPOP's records), which must not take it. */
+    size_t exec_room, exec_nrec, exec_rec_from;
+    uint64_t exec_from;
     /* Running a record of the primary's (a replica): every key is seen as
      * it is (expiry is the primary's to decide), and writes are allowed. */
     bool applying;
@@ -177,6 +187,8 @@ struct kv {
     /* Subscriptions looked at or looked up by (P)SUBSCRIBE and
      * (P)UNSUBSCRIBE: what the tests measure their cost by. */
     uint64_t pubsub_steps;
+    /* The watches WATCH looked at for one already there (tests). */
+    uint64_t watch_steps;
     /* A message was added to cl->out outside its own command: the owner
      * sends it (and holds the client to its output limit). */
     void (*wake)(kv_client *cl);

@@ -151,13 +151,27 @@ void kv_unwatch(kv *k, kv_client *cl) {
         free(w);
     }
     cl->watch_dirty = false;
+    cl->watch_bytes = 0;
+}
+
+/* What one watch of a key of `len` bytes counts in its client's memory
+ * (kv_client.watch_bytes): its kv_watch and the key's entry. */
+static size_t watch_size(size_t len) {
+    return sizeof(kv_watch) + sizeof(dict_entry) + sizeof(kv_watch *) + len;
 }
 
 /* False when out of memory. */
 static bool watch(kv *k, kv_client *cl, const resp_arg *key) {
     dict_entry *e = dict_find(&k->watched, key->p, key->len);
-    for (kv_watch *w = e ? *first_watch(e) : NULL; w; w = w->knext)
-        if (w->cl == cl) return true; /* watched already */
+    /* Watched already: then on both the key's watchers and the client's
+     * watches. Walked side by side, the shorter ends the search: a key
+     * thousands watch costs a client watching few nothing, nor a client
+     * watching thousands of keys a key few watch. */
+    kv_watch *kw = e ? *first_watch(e) : NULL, *cw = cl->watches;
+    for (; kw && cw; kw = kw->knext, cw = cw->cnext) {
+        k->watch_steps++;
+        if (kw->cl == cl || cw->key == e) return true;
+    }
     kv_watch *w = malloc(sizeof *w);
     if (!w) return false;
     if (!e) {
@@ -176,6 +190,7 @@ static bool watch(kv *k, kv_client *cl, const resp_arg *key) {
     if (w->knext) w->knext->kprev = w;
     *first_watch(e) = w;
     cl->watches = w;
+    cl->watch_bytes += watch_size(key->len);
     return true;
 }
 
@@ -185,6 +200,10 @@ static void touch(kv *k, const char *p, size_t len, bool del) {
     dict_entry *e = dict_find(&k->watched, p, len);
     for (kv_watch *w = e ? *first_watch(e) : NULL; w; w = w->knext)
         if (!del || w->was_live) w->cl->watch_dirty = true;
+}
+
+void kv_watch_touch_key(kv *k, const resp_arg *key) {
+    if (k->watched.count) touch(k, key->p, key->len, false);
 }
 
 void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc) {
@@ -364,6 +383,8 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         kv_discard(k, cl);
         return;
     }
+    bool reserved = len && !k->replica && !k->log.idle;
+    if (reserved) kv_exec_room_set(k, len + 32, nrec);
     kv_unwatch(k, cl); /* its own writes below fail no EXEC of its */
     kv_queued *q = cl->queue;
     cl->queue = NULL;
@@ -374,11 +395,17 @@ static void cmd_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
     k->multi_logged = false;
     while (q) {
         kv_queued *next = q->next;
+        /* A write's share of the room covers the DEL of a key of its
+         * expired; a read's lookup asks for room beside the writes'. */
+        const kv_cmd *c = kv_command(&q->argv[0]);
+        k->room_reserved =
+            reserved && c && (c->flags & (CMD_WRITE | CMD_LOGGED));
         kv_run(k, cl, q->argv, q->argc, out);
         free(q);
         q = next;
     }
     k->in_exec = false;
+    kv_exec_room_set(k, 0, 0);
     if (k->multi_logged) {
         static const resp_arg exec = {"EXEC", 4};
         kv_log(k, &exec, 1);
@@ -850,8 +877,9 @@ void kv_client_line(const kv_client *cl, const kv_conn_info *ci, buf *out) {
         cl ? cl->subs[1].count : 0,
         cl && cl->multi ? (long long)cl->queued : -1LL, ci->qbuf, ci->qbuf_free,
         ci->argv_mem, multi_mem, ci->rbs, ci->rbp, ci->obl, ci->oll, ci->omem,
-        ci->tot_mem + multi_mem + name_mem, ci->events,
-        cl && cl->cmd ? cl->cmd : "NULL", cl ? "default" : "(superuser)");
+        ci->tot_mem + multi_mem + name_mem + (cl ? cl->watch_bytes : 0),
+        ci->events, cl && cl->cmd ? cl->cmd : "NULL",
+        cl ? "default" : "(superuser)");
     buf_put(out, line, n > 0 && (size_t)n < sizeof line ? (size_t)n : 0);
 }
 

@@ -69,6 +69,9 @@ void kv_discard(kv *k, kv_client *cl);
  * flush). */
 void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc);
 void kv_watch_touch_present(kv *k);
+/* A write that changed nothing, so logs nothing, yet is one to WATCH in
+ * Redis (an LTRIM that removes nothing): the key's watchers fail. */
+void kv_watch_touch_key(kv *k, const resp_arg *key);
 /* The client watches nothing (EXEC, DISCARD, UNWATCH, RESET, its end). */
 void kv_unwatch(kv *k, kv_client *cl);
 /* Adds commands to the table (at start-up, once). */
@@ -100,6 +103,10 @@ bool kv_log_room(kv *k, size_t len, size_t nrec, buf *out);
  * what it may log besides or instead (a MULTI before it, a record
  * rewritten with longer numbers, the DELs of keys it finds expired). */
 size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec);
+/* EXEC asked the log for len bytes and nrec records for its writes (0:
+ * none, its end): kv_log_room and a read's DEL of an expired key inside
+ * it ask for what is left of them too. */
+void kv_exec_room_set(kv *k, size_t len, size_t nrec);
 void kv_oom(const char *what) __attribute__((noreturn));
 
 /* SCAN's cursor as Redis reads it (strtoul's rules); false: invalid. */

@@ -243,10 +243,11 @@ static void drop_unwritten(conn *c) {
 #define CLIENT_MEM_MIN REPLY_HANDOVER
 
 /* What c holds for its peer, counted from CLIENT_MEM_MIN on: its replies
- * not yet handed to the stream, the stream's queue, and its queued
- * transaction. */
+ * not yet handed to the stream, the stream's queue, its queued
+ * transaction and its watches. */
 static size_t conn_held(const conn *c) {
-    size_t n = c->out.len + c->ep->queued + c->cl.queue_bytes;
+    size_t n =
+        c->out.len + c->ep->queued + c->cl.queue_bytes + c->cl.watch_bytes;
     return n < CLIENT_MEM_MIN ? 0 : n;
 }
 
@@ -793,8 +794,11 @@ static bool run_batch(conn *c, const char *p, size_t len, size_t *used) {
             /* A queued transaction is input not yet run: held to the
              * query buffer's limit, or MULTI and SETs never EXECed would
              * take as much memory as the client sent (Redis has no
-             * bound on it). */
-            if (__builtin_expect(c->cl.queue_bytes > c->queue_check, 0)) {
+             * bound on it). Its watches, keys kept for WATCH, count in
+             * maxmemory-clients' sum as it does. */
+            if (__builtin_expect(c->cl.queue_bytes + c->cl.watch_bytes >
+                                     c->queue_check,
+                                 0)) {
                 if (c->cl.queue_bytes > srv->qbuf_limit) {
                     conn_drop(c,
                               "queued transaction of %zu bytes over "

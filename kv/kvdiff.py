@@ -13,7 +13,9 @@ raw sockets, and compares the replies byte for byte. With --strings most
 requests are string commands on values of 0 to 17 bytes (lull-kv keeps
 one of up to 8 in its key's entry) and counters across 8 digits. --edges
 sends EDGES instead, once, in order: a hostile client's counts, indexes,
-bounds, floats, options and globs at their limits. --matrix sends MATRIX
+bounds, floats, options and globs at their limits, and WATCH of a key
+then each kind of write that may or may not change it, then EXEC (which
+writes fail a watch in redis-server). --matrix sends MATRIX
 instead: every command on a key of each type and a missing one, with an
 argument fewer and more; each write on keys with a TTL, then the TTLs;
 ZADD and ZINCRBY with every ordered choice of up to three options; each
@@ -887,6 +889,514 @@ MULTI
 INCR a
 LPUSH a x
 INCR a
+EXECFLUSHALL
+set k v
+WATCH k
+set k v
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+setrange k 0 \e
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+setrange k 0 \e
+MULTI
+PING
+EXEC
+FLUSHALL
+rpush k a b
+WATCH k
+ltrim k 0 -1
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+ltrim k 0 -1
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+expire k 100
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+persist k
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v ex 100
+WATCH k
+persist k
+MULTI
+PING
+EXEC
+FLUSHALL
+hset k f v
+WATCH k
+hset k f v
+MULTI
+PING
+EXEC
+FLUSHALL
+hset k f v
+WATCH k
+hsetnx k f x
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 m
+WATCH k
+zadd k 1 m
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 m
+WATCH k
+zadd k nx 2 m
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 m
+WATCH k
+zincrby k 0 m
+MULTI
+PING
+EXEC
+FLUSHALL
+set k 1
+WATCH k
+incrby k 0
+MULTI
+PING
+EXEC
+FLUSHALL
+set k 1
+WATCH k
+incrbyfloat k 0
+MULTI
+PING
+EXEC
+FLUSHALL
+hset k f 1
+WATCH k
+hincrby k f 0
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+getex k
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+getex k persist
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+getex k ex 100
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+getdel k
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+getdel k
+MULTI
+PING
+EXEC
+FLUSHALL
+set d x
+WATCH d
+sinterstore d nope1 nope2
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH d
+sinterstore d nope1 nope2
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH d
+sunionstore d nope1
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH d
+sdiffstore d nope1
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+rename k k
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+renamenx k k
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+rename k j
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH j
+rename k j
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+flushall
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+flushdb
+MULTI
+PING
+EXEC
+FLUSHALL
+set o v
+WATCH k
+flushall
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+flushall
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+del k
+MULTI
+PING
+EXEC
+FLUSHALL
+sadd k a
+WATCH k
+srem k b
+MULTI
+PING
+EXEC
+FLUSHALL
+rpush k a
+WATCH k
+lrem k 0 b
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+lpushx k a
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+spop k
+MULTI
+PING
+EXEC
+FLUSHALL
+sadd k a
+WATCH k
+spop k 0
+MULTI
+PING
+EXEC
+FLUSHALL
+rpush k a
+WATCH k
+lpop k 0
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 a
+WATCH k
+zpopmin k 0
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 a
+WATCH k
+zrem k b
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 a
+WATCH k
+zremrangebyscore k 5 6
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 a
+WATCH k
+zremrangebyrank k 5 6
+MULTI
+PING
+EXEC
+FLUSHALL
+hset k f v
+WATCH k
+hdel k g
+MULTI
+PING
+EXEC
+FLUSHALL
+sadd k a
+WATCH k
+smove k d zz
+MULTI
+PING
+EXEC
+FLUSHALL
+sadd k a
+WATCH k
+smove k k a
+MULTI
+PING
+EXEC
+FLUSHALL
+sadd k a
+sadd d a
+WATCH d
+smove k d a
+MULTI
+PING
+EXEC
+FLUSHALL
+rpush k a
+WATCH k
+lmove k k left right
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH d
+rpoplpush k d
+MULTI
+PING
+EXEC
+FLUSHALL
+rpush k a
+WATCH k
+lset k 0 a
+MULTI
+PING
+EXEC
+FLUSHALL
+rpush k a
+WATCH k
+linsert k before zz x
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+append k \e
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+append k \e
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+setnx k x
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+set k x nx
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+set k x xx
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+msetnx k x j y
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH j
+msetnx k x j y
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH j
+mset k x j y
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+expire k 0
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v ex 100
+WATCH k
+expire k 200 nx
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+pexpireat k 1
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v ex 100
+WATCH k
+expire k 100
+MULTI
+PING
+EXEC
+FLUSHALL
+sadd k a
+WATCH k
+sadd k a
+MULTI
+PING
+EXEC
+FLUSHALL
+WATCH k
+publish k m
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+set j v
+WATCH k
+del j
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+unlink k
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v ex 100
+WATCH k
+set k v keepttl
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+getset k v
+MULTI
+PING
+EXEC
+FLUSHALL
+set k v
+WATCH k
+setex k 100 v
+MULTI
+PING
+EXEC
+FLUSHALL
+hset k f 1
+WATCH k
+hincrbyfloat k f 0
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 a
+WATCH k
+zadd k xx 1 b
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 1 a
+WATCH k
+zadd k incr 0 a
+MULTI
+PING
+EXEC
+FLUSHALL
+zadd k 5 a
+WATCH k
+zadd k gt 1 a
+MULTI
+PING
 EXEC
 """
 

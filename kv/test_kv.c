@@ -7716,6 +7716,225 @@ TEST(watch_and_expiry) {
     watch_close(&w);
 }
 
+/* An LTRIM of a list that removes nothing is a write to WATCH in
+ * redis-server 7.0, though there is nothing to log. */
+TEST(watch_fails_after_an_ltrim_that_removes_nothing) {
+    CHECK(!exec_after("RPUSH l a b", "l", "LTRIM l 0 -1"));
+    CHECK(exec_after(NULL, "l", "LTRIM l 0 -1")); /* no list: no write */
+}
+
+/* An SMOVE of a member the destination has already fails only the
+ * source's watch (redis-server 7.0). */
+TEST(watch_smove_onto_a_member_is_no_write_of_the_destination) {
+    watch_pair w;
+    watch_open(&w);
+    B(&w, "SADD s x y");
+    B(&w, "SADD d x");
+    A(&w, "WATCH d");
+    CHECK(strcmp(B(&w, "SMOVE s d x"), ":1\r\n") == 0);
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "EXEC"), "*0\r\n") == 0);
+    A(&w, "WATCH s");
+    CHECK(strcmp(B(&w, "SMOVE s d y"), ":1\r\n") == 0);
+    A(&w, "MULTI");
+    CHECK(strcmp(A(&w, "EXEC"), "*-1\r\n") == 0);
+    CHECK(strcmp(B(&w, "SMEMBERS s"), "*0\r\n") == 0);
+    watch_close(&w);
+}
+
+/* The keys a client watches are memory it holds: CLIENT LIST's tot-mem
+ * grows with them (as redis-server 7.0's, by 56 bytes a key there) and
+ * falls back at UNWATCH; a key watched twice counts once. */
+static size_t tot_mem_of(const kv_client *cl) {
+    kv_conn_info ci = {
+        .id = 1, .addr = "a:1", .laddr = "b:2", .fd = -1, .events = "r"};
+    buf line = {0};
+    kv_client_line(cl, &ci, &line);
+    buf_put(&line, "", 1);
+    const char *t = strstr(line.p, " tot-mem=");
+    CHECK(t != NULL);
+    size_t n = strtoull(t + 9, NULL, 10);
+    buf_free(&line);
+    return n;
+}
+
+TEST(watched_keys_count_in_the_clients_memory) {
+    watch_pair w;
+    watch_open(&w);
+    size_t before = tot_mem_of(&w.a);
+    CHECK_EQ(w.a.watch_bytes, 0);
+    char line[64];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(line, sizeof line, "WATCH key:%04d", i);
+        CHECK(strcmp(A(&w, line), "+OK\r\n") == 0);
+    }
+    A(&w, "WATCH key:0000 key:0999"); /* watched already */
+    B(&w, "WATCH key:0000");
+    size_t with = tot_mem_of(&w.a);
+    /* at least the key and a pointer each, however it is kept */
+    CHECK(with >= before + 1000 * (8 + sizeof(void *)));
+    CHECK_EQ(with - before, w.a.watch_bytes);
+    CHECK_EQ(tot_mem_of(&w.b), before + w.a.watch_bytes / 1000);
+    A(&w, "UNWATCH");
+    CHECK_EQ(tot_mem_of(&w.a), before);
+    CHECK_EQ(w.a.watch_bytes, 0);
+    watch_close(&w);
+}
+
+/* A transaction's writes have their room in the log asked for at EXEC
+ * (their records, with slack for the DEL of a key of theirs expired);
+ * the commands before them must not take it. A read's lookup of an
+ * expired key logged its DEL into it (the EXEC had reserved), and SPOP's
+ * own ask for its records started a chunk only as long as they: either
+ * way a later write's record then found no memory and stopped lull-kv
+ * (kv_oom). */
+
+/* On a kv with a fixed clock (watch_pair) whose log's every chunk is as
+ * long as asked (chunk_size 16): `setup` run by b, the clock moved on
+ * `later` ms, then a's MULTI and `queued`, and a chunk with exactly the
+ * room a's EXEC will ask for. */
+static void exec_room_setup(watch_pair *w, const char *const *setup,
+                            size_t nsetup, int64_t later,
+                            const char *const *queued, size_t n) {
+    watch_open(w);
+    w->k.log.chunk_size = 16;
+    for (size_t i = 0; i < nsetup; i++)
+        B(w, setup[i]);
+    fixed_now += later;
+    static char echo[1200] = "ECHO ";
+    memset(echo + 5, 'x', 1000); /* the reply buffer grows no more */
+    A(w, echo);
+    CHECK(strcmp(A(w, "MULTI"), "+OK\r\n") == 0);
+    size_t len = 0, nrec = 2;
+    for (size_t i = 0; i < n; i++) {
+        static char copy[2048];
+        resp_arg argv[64];
+        size_t argc = 0, r;
+        snprintf(copy, sizeof copy, "%s", queued[i]);
+        for (char *t = strtok(copy, " "); t; t = strtok(NULL, " "))
+            argv[argc++] = (resp_arg){t, strlen(t)};
+        const kv_cmd *c = kv_command(&argv[0]);
+        CHECK(c != NULL);
+        if (c->flags & CMD_WRITE) {
+            len += kv_log_need(argv, argc, &r);
+            nrec += r;
+        }
+        CHECK(strcmp(A(w, queued[i]), "+QUEUED\r\n") == 0);
+    }
+    CHECK_EQ(repl_log_room(&w->k.log, len + 32, nrec), 0);
+    CHECK(w->k.log.nchunks < w->k.log.chunks_cap);
+}
+
+static int exec_read_of_expired_child(void) {
+    static const char *const setup[] = {"SET expired:key:number:0 1 PX 100",
+                                        "SET expired:key:number:1 1 PX 100",
+                                        "SET expired:key:number:2 1 PX 100",
+                                        "SET expired:key:number:3 1 PX 100",
+                                        "SET expired:key:number:4 1 PX 100",
+                                        "SET expired:key:number:5 1 PX 100",
+                                        "SET expired:key:number:6 1 PX 100",
+                                        "SET expired:key:number:7 1 PX 100",
+                                        "SET x z"};
+    static const char *const queued[] = {
+        "MGET expired:key:number:0 expired:key:number:1 "
+        "expired:key:number:2 expired:key:number:3 expired:key:number:4 "
+        "expired:key:number:5 expired:key:number:6 expired:key:number:7",
+        "SET x y"};
+    watch_pair w;
+    exec_room_setup(&w, setup, 9, 101, queued, 2);
+    shim_reset(1);
+    fail_nth(K_MALLOC, -1, 1, UINT64_MAX, ENOMEM); /* no more memory */
+    arm(true);
+    const char *r = A(&w, "EXEC");
+    arm(false);
+    CHECK(strcmp(r, "*2\r\n*8\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n$-1\r\n"
+                    "$-1\r\n$-1\r\n$-1\r\n+OK\r\n") == 0);
+    CHECK(strcmp(last_record(&w.k), "*1\r\n$4\r\nEXEC\r\n") == 0);
+    /* The expired keys wait for the timer (or a write that finds them). */
+    CHECK_EQ(store_count(&w.k.db), 9);
+    CHECK(strcmp(A(&w, "DEL expired:key:number:0"), ":0\r\n") == 0);
+    CHECK_EQ(store_count(&w.k.db), 8);
+    CHECK(strcmp(A(&w, "GET x"), "$1\r\ny\r\n") == 0);
+    watch_close(&w);
+    return 0;
+}
+
+TEST(exec_read_of_expired_key_leaves_the_writes_their_room) {
+    in_child(exec_read_of_expired_child);
+}
+
+static int exec_spop_child(void) {
+    static const char *const setup[] = {
+        "SADD s member:number:00000000000000000000001 "
+        "member:number:00000000000000000000002 "
+        "member:number:00000000000000000000003 "
+        "member:number:00000000000000000000004 "
+        "member:number:00000000000000000000005 "
+        "member:number:00000000000000000000006 "
+        "member:number:00000000000000000000007 "
+        "member:number:00000000000000000000008 "
+        "member:number:00000000000000000000009 "
+        "member:number:00000000000000000000010",
+        "SET x z"};
+    static const char *const queued[] = {"SPOP s 10", "SET x y"};
+    watch_pair w;
+    exec_room_setup(&w, setup, 2, 0, queued, 2);
+    shim_reset(1);
+    /* SPOP's copy of its arguments and one chunk, no more memory */
+    fail_nth(K_MALLOC, -1, 3, UINT64_MAX, ENOMEM);
+    arm(true);
+    const char *r = A(&w, "EXEC");
+    arm(false);
+    CHECK(strncmp(r, "*2\r\n", 4) == 0);
+    CHECK(strcmp(last_record(&w.k), "*1\r\n$4\r\nEXEC\r\n") == 0);
+    CHECK(strcmp(B(&w, "GET x"), "$1\r\ny\r\n") == 0);
+    watch_close(&w);
+    return 0;
+}
+
+TEST(exec_spop_leaves_the_writes_after_it_their_room) {
+    in_child(exec_spop_child);
+}
+
+/* Thousands of clients watching one key: a WATCH looked for the client
+ * among every watcher of the key (as Redis 7.0 looks among every key of
+ * the client), so N clients' WATCHes took N^2/2 steps, and one client's
+ * WATCH of that key again took N each. It now walks the key's watchers
+ * and the client's watches side by side, and stops at the shorter. */
+TEST(watch_of_a_key_thousands_watch_costs_no_walk_of_them) {
+    kv k;
+    kv_setup(&k, false);
+    enum { N = 4000 };
+    kv_client *c = calloc(N, sizeof *c);
+    buf *o = calloc(N, sizeof *o);
+    CHECK(c != NULL && o != NULL);
+    uint64_t steps = k.watch_steps;
+    for (int i = 0; i < N; i++) {
+        kv_client_init(&c[i], NULL, &o[i]);
+        CHECK(strcmp(exec_cl(&k, &c[i], &o[i], "WATCH hot"), "+OK\r\n") == 0);
+    }
+    CHECK(k.watch_steps - steps <= 2 * N);
+    steps = k.watch_steps;
+    for (int i = 0; i < 1000; i++)
+        exec_cl(&k, &c[N / 2], &o[N / 2], "WATCH hot");
+    CHECK(k.watch_steps - steps <= 2 * 1000);
+    CHECK_EQ(k.watched.count, 1);
+    /* One write: each watcher marked, once. */
+    exec_cl(&k, &c[0], &o[0], "SET hot 1");
+    for (int i = 0; i < N; i++) {
+        exec_cl(&k, &c[i], &o[i], "MULTI");
+        CHECK(strcmp(exec_cl(&k, &c[i], &o[i], "EXEC"), "*-1\r\n") == 0);
+    }
+    CHECK_EQ(k.watched.count, 0);
+    for (int i = 0; i < N; i++) {
+        kv_client_reset(&k, &c[i]);
+        buf_free(&o[i]);
+    }
+    free(c);
+    free(o);
+    kv_free(&k);
+}
+
 /* CLIENT LIST's flags show a watch that will fail EXEC ('d'). */
 TEST(watch_dirty_shows_in_client_flags) {
     watch_pair w;

@@ -1547,6 +1547,58 @@ TEST(subscribers_held_to_maxmemory_clients_within_a_publish_batch) {
     close_client(loop, &p);
 }
 
+/* A client that WATCHes key after key holds memory with each (its
+ * watches and their keys' entries): at a maxmemory-clients of 1 MiB, it
+ * is closed once they pass it, its watches gone with it, while a client
+ * watching a few of the same keys stays. The watches counted nothing
+ * before: 40,000 keys (some 4 MB) and the client still answered. */
+TEST(watching_client_held_to_maxmemory_clients) {
+    lull_loop *loop;
+    server p;
+    open_server(&loop, &p);
+    p.log = kept_log;
+    conn_budget_set(&p, (size_t)1 << 20);
+    char got[256];
+    int few = client_to(loop, &p, NULL);
+    static const char watch_few[] = "WATCH w:0:1 w:1:1 w:39:999\r\n";
+    send_all(few, watch_few, sizeof watch_few - 1);
+    CHECK_EQ(read_some(loop, few, got, sizeof got, 5), (size_t)5);
+    CHECK(strcmp(got, "+OK\r\n") == 0);
+    int fd = client_to(loop, &p, NULL);
+    enum { REQS = 40, KEYS = 1000 };
+    char *req = malloc(KEYS * 16 + 16);
+    CHECK(req != NULL);
+    int answered = 0;
+    bool closed = false;
+    for (int r = 0; r < REQS && !closed; r++) {
+        size_t n = (size_t)sprintf(req, "WATCH");
+        for (int i = 0; i < KEYS; i++)
+            n += (size_t)sprintf(req + n, " w:%d:%d", r, i);
+        n += (size_t)sprintf(req + n, "\r\n");
+        send_all(fd, req, n);
+        size_t have = read_some(loop, fd, got, sizeof got, 5);
+        if (have == 5 && strcmp(got, "+OK\r\n") == 0)
+            answered++;
+        else
+            closed = true;
+    }
+    free(req);
+    if (!closed || answered == 0)
+        check_fail(__FILE__, __LINE__, "%d WATCHes answered, closed %d: %s",
+                   answered, (int)closed, last_line);
+    CHECK(strstr(last_line, "over maxmemory-clients") != NULL);
+    CHECK_EQ(p.evicted_clients, (uint64_t)1);
+    for (int i = 0; i < 100; i++)
+        lull_loop_run(loop, LULL_RUN_NOWAIT);
+    CHECK_EQ(p.kv.watched.count, (size_t)3); /* the few client's */
+    send_all(few, "PING\r\n", 6);
+    CHECK_EQ(read_some(loop, few, got, sizeof got, 7), (size_t)7);
+    CHECK(strcmp(got, "+PONG\r\n") == 0);
+    close(fd);
+    close(few);
+    close_client(loop, &p);
+}
+
 /* --------------------------------- a pipeline cut anywhere, end to end */
 
 #define S(lit) lit, sizeof(lit) - 1
@@ -4756,6 +4808,26 @@ TEST(out_of_memory_sweep_multi) {
         {'R', NULL, NULL},
     };
     OOM_SWEEP(oom_with_replica, st);
+}
+
+/* WATCH and UNWATCH, a watch failed by another's write and one that
+ * holds, and two clients watching the same key, each with its memory
+ * failing: nothing stops, nothing leaks, an EXEC that runs runs whole. */
+TEST(out_of_memory_sweep_watch) {
+    static const oom_step setup[] = {{'A', "SET w1 x", NULL},
+                                     {'r', NULL, NULL}};
+    static const oom_step st[] = {
+        {'A', "WATCH w1 w2 w3", NULL}, {'B', "WATCH w2 w4", NULL},
+        {'B', "SET w2 y", "GET w2"},   {'A', "MULTI", NULL},
+        {'A', "SET t v", NULL},        {'A', "EXEC", NULL},
+        {'A', "WATCH w1 w4", NULL},    {'A', "UNWATCH", NULL},
+        {'A', "WATCH w5 @MID", NULL},  {'A', "MULTI", NULL},
+        {'A', "INCR c", NULL},         {'A', "EXEC", "GET c"},
+        {'B', "MULTI", NULL},          {'B', "SET w4 q", NULL},
+        {'B', "EXEC", NULL},           {'B', "WATCH w4", NULL},
+        {'A', "SET w4 r", "GET w4"},   {'R', NULL, NULL},
+    };
+    OOM_SWEEP(setup, st);
 }
 
 TEST(out_of_memory_sweep_pubsub) {
