@@ -138,8 +138,14 @@ static inline bool lull__heap_try_defer(lull__heap *h, lull_timer *t,
 static inline void lull__heap_remove(lull__heap *h, lull_timer *t) {
     uint32_t p = t->node.aux;
     uint32_t end = LULL__HEAP_ROOT + h->len - 1; /* the last position */
-    if (LULL__HEAP_LIKELY(!h->pend && p != end &&
-                          8 * (uint64_t)p - 48 >= end)) {
+    if (LULL__HEAP_LIKELY(!h->pend) && p == end) {
+        /* The last slot (the newest arm, where it stayed: a timeout
+         * cancelled before any other arm): nothing moves. */
+        h->len--;
+        t->node.aux = 0;
+        return;
+    }
+    if (LULL__HEAP_LIKELY(!h->pend && 8 * (uint64_t)p - 48 >= end)) {
         /* A leaf whose parent fires earlier than the last slot: the last
          * slot fills it and moves neither way. */
         lull__slot *last = lull__heap_slot(h, end);

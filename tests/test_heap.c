@@ -314,6 +314,57 @@ TEST(heap_first_chunk_doubling_keeps_timers) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Request timeouts cancelled newest first (a reply that comes before the
+ * next request's arm): the newest arm that stayed where it landed is the
+ * heap's last slot, and its cancel moves nothing (heap.h). Deadlines in a
+ * narrow range, so ties are common and arm order decides them; a slot
+ * whose position is the largest of all armed ones is the last one, and the
+ * test checks that many cancels took that path. The rest then fire in
+ * (deadline, arm order), once. */
+TEST(heap_cancel_newest_first_keeps_order) {
+    lull_loop *loop = new_loop(0x2545f4914f6cdd1dull);
+    const int n = 3 * (int)LULL__HEAP_CHUNK;
+    hs = calloc(n, sizeof *hs);
+    bool *stopped = calloc(n, sizeof *stopped);
+    CHECK(hs != NULL && stopped != NULL);
+    fires = 0;
+    errors = 0;
+    uint32_t seq = 0;
+    int cancelled = 0, at_end = 0, top = 0; /* hs[0..top) armed so far */
+    for (int i = 0; i < n; i++)
+        lull_timer_init(loop, &hs[i].timer, on_fire);
+    while (top < n) {
+        /* Arm a few, then cancel the newest of them, newest first. */
+        int burst = 1 + (int)(next_rand() % 8);
+        int from = top;
+        for (int k = 0; k < burst && top < n; k++, top++)
+            arm(&hs[top], 1 + next_rand() % 500, seq++);
+        int cancels = (int)(next_rand() % (uint64_t)(top - from + 1));
+        for (int j = top - 1; j >= top - cancels; j--) {
+            uint32_t max = 0;
+            for (int m = 0; m < top; m++)
+                if (hs[m].armed && hs[m].timer.node.aux > max)
+                    max = hs[m].timer.node.aux;
+            at_end += hs[j].timer.node.aux == max;
+            lull_timer_stop(&hs[j].timer);
+            hs[j].armed = false;
+            stopped[j] = true;
+            cancelled++;
+        }
+    }
+    CHECK_LE(n / 8, at_end);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(lull_timer_active(&hs[i].timer), hs[i].armed);
+    lull_loop_advance(loop, 501);
+    CHECK_U64_EQ(errors, 0);
+    CHECK_U64_EQ(fires, (uint64_t)(n - cancelled));
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(hs[i].fired, stopped[i] ? 0 : 1);
+    free(stopped);
+    free(hs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------ deferred arms (src/timer.c) ---
  * On the real clock a callback's delayed arms wait after the heap until the
  * loop's next reading, which gives each its deadline, reading + delay. Arms
