@@ -395,6 +395,15 @@ timer_start_slow(lull_timer *timer, uint64_t delay_ns, uint64_t repeat_ns) {
     arm_delayed(loop, timer, delay_ns);
 }
 
+/* A delayed one-shot arm of a timer that is not armed, other than a
+ * callback's further arm with room to defer: arm_delayed without
+ * timer_start_slow's unlink and zero-delay tests, which find nothing to do
+ * (set-up code arming its timers, a callback's first arm). */
+LULL__HOT __attribute__((noinline)) static void
+timer_arm_idle(lull_loop *loop, lull_timer *timer, uint64_t delay_ns) {
+    arm_delayed(loop, timer, delay_ns);
+}
+
 LULL__HOT void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                 uint64_t repeat_ns) {
     if (LULL_UNLIKELY(!timer || !timer->loop)) return;
@@ -411,15 +420,18 @@ LULL__HOT void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
         lull__timer_turn(timer);
         return;
     }
-    if (other == 0 && callback_has_read(loop)) {
-        /* A further delayed arm (delay_ns > 0: other is 0) of a callback
-         * (a batch of request timeouts): a few stores, where the heap has
-         * room. */
+    if (other == 0) {
+        /* A delayed one-shot arm (delay_ns > 0: other is 0) of an idle
+         * timer: nothing to take it out of. */
         timer->repeat = 0;
-        if (heap_try_defer(loop, timer, delay_ns)) {
+        if (callback_has_read(loop) && heap_try_defer(loop, timer, delay_ns)) {
+            /* A further delayed arm of a callback (a batch of request
+             * timeouts): a few stores, where the heap has room. */
             defer_ends_soon(loop);
             return;
         }
+        timer_arm_idle(loop, timer, delay_ns);
+        return;
     }
     timer_start_slow(timer, delay_ns, repeat_ns);
 }
