@@ -436,10 +436,30 @@ LULL__HOT void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
     timer_start_slow(timer, delay_ns, repeat_ns);
 }
 
+/* Every other cancel of an armed timer: queued (a turn, a due fire), or
+ * with overrun entries to look through. Out of line, so that the common
+ * cancel saves no registers. */
+__attribute__((noinline)) static void timer_stop_slow(lull_loop *loop,
+                                                      lull_timer *timer) {
+    LULL_ASSERT_LOOP_THREAD(loop);
+    timer_unlink(loop, timer);
+}
+
 LULL__HOT void lull_timer_stop(lull_timer *timer) {
-    if (!timer || !timer->loop || !lull__timer_armed(timer)) return;
-    LULL_ASSERT_LOOP_THREAD(timer->loop);
-    timer_unlink(timer->loop, timer);
+    if (!timer || !timer->loop) return;
+    lull_loop *loop = timer->loop;
+    if (LULL_LIKELY(lull__heap_contains(timer) &&
+                    !lull__node_queued(&timer->node) &&
+                    loop->overruns_head == loop->overruns_len)) {
+        /* The common cancel: in the heap only, with no overrun entry to
+         * drop (the table is empty). The heap's removal comes last, so
+         * its slow path is a jump, and this function keeps no frame. */
+        LULL_ASSERT_LOOP_THREAD(loop);
+        if (!(timer->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
+        lull__heap_remove(&loop->heap, timer);
+        return;
+    }
+    if (lull__timer_armed(timer)) timer_stop_slow(loop, timer);
 }
 
 bool lull_timer_active(const lull_timer *timer) {
