@@ -110,17 +110,24 @@ static inline uint64_t lull__heap_deadline_of(const lull__heap *h,
  * land (the parent fires earlier) and most removals fill a leaf (7/8 of
  * the positions are leaves): neither then needs a loop, nor the
  * arm order, which only breaks ties of equal deadlines. */
-static inline int lull__heap_push(lull__heap *h, lull_timer *t,
-                                  uint64_t deadline) {
+static inline bool lull__heap_try_push(lull__heap *h, lull_timer *t,
+                                       uint64_t deadline) {
     uint32_t p = LULL__HEAP_ROOT + h->len;
     if (LULL__HEAP_LIKELY(p < h->cap && p > LULL__HEAP_ROOT && !h->pend) &&
         lull__heap_slot(h, p / 8 + 6)->deadline < deadline) {
         h->len++;
         *lull__heap_slot(h, p) = (lull__slot){deadline, t};
         t->node.aux = p;
-        return 0;
+        return true;
     }
-    return lull__heap_insert(h, t, deadline);
+    return false; /* lull__heap_insert's to do */
+}
+
+static inline int lull__heap_push(lull__heap *h, lull_timer *t,
+                                  uint64_t deadline) {
+    return lull__heap_try_push(h, t, deadline)
+               ? 0
+               : lull__heap_insert(h, t, deadline);
 }
 
 /* Appends a deferred arm where there is room (a few stores); false when
