@@ -187,21 +187,41 @@ static inline uint64_t saturating_add(uint64_t a, uint64_t b) {
 }
 
 /* Each deferred arm is in the place an insert would take (the end of the
- * heap) already: it gets its deadline there and sifts up, in arm order. */
+ * heap) already: it gets its deadline there and sifts up, in arm order.
+ * The arms are consecutive positions, so the walk steps its slot and its
+ * parent's by pointer, looking a chunk up only where it crosses into
+ * the next one (a parent changes every eight positions: siblings start at
+ * multiples of 8, heap.h). */
 LULL__HOT void lull__heap_flush(lull__heap *h, uint64_t now) {
     uint32_t p = ROOT + h->len, end = p + h->pend;
+    /* The heap takes them all at once: a sift up reads and moves only the
+     * positions up to its own, which are in order already, so the length
+     * is not needed one by one (a store per arm). */
+    h->len += h->pend;
     h->pend = 0;
-    for (; p < end; p++) {
-        lull__slot *s = lull__heap_slot(h, p);
+    if (p == end) return;
+    lull__slot *s = lull__heap_slot(h, p);
+    if (p == ROOT) {
+        /* The first timer of an empty heap: the root, no parent. */
+        s->deadline = saturating_add(now, s->deadline);
+        if (++p == end) return;
+        s = lull__heap_slot(h, p);
+    }
+    uint32_t q = parent_of(p);
+    const lull__slot *up = lull__heap_slot(h, q);
+    for (;;) {
         uint64_t deadline = saturating_add(now, s->deadline);
-        h->len++;
         /* Most stay where they are (heap.h): a store. */
-        if (LULL_LIKELY(p > ROOT) &&
-            lull__heap_slot(h, parent_of(p))->deadline < deadline) {
+        if (LULL_LIKELY(up->deadline < deadline))
             s->deadline = deadline;
-            continue;
+        else
+            sift_up(h, p, (lull__slot){deadline, s->timer});
+        if (++p == end) break;
+        s = p % CHUNK ? s + 1 : lull__heap_slot(h, p);
+        if (p % 8 == 0) {
+            q++;
+            up = q % CHUNK ? up + 1 : lull__heap_slot(h, q);
         }
-        sift_up(h, p, (lull__slot){deadline, s->timer});
     }
 }
 

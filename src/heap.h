@@ -110,17 +110,24 @@ static inline uint64_t lull__heap_deadline_of(const lull__heap *h,
  * land (the parent fires earlier) and most removals fill a leaf (7/8 of
  * the positions are leaves): neither then needs a loop, nor the
  * arm order, which only breaks ties of equal deadlines. */
-static inline int lull__heap_push(lull__heap *h, lull_timer *t,
-                                  uint64_t deadline) {
+static inline bool lull__heap_try_push(lull__heap *h, lull_timer *t,
+                                       uint64_t deadline) {
     uint32_t p = LULL__HEAP_ROOT + h->len;
     if (LULL__HEAP_LIKELY(p < h->cap && p > LULL__HEAP_ROOT && !h->pend) &&
         lull__heap_slot(h, p / 8 + 6)->deadline < deadline) {
         h->len++;
         *lull__heap_slot(h, p) = (lull__slot){deadline, t};
         t->node.aux = p;
-        return 0;
+        return true;
     }
-    return lull__heap_insert(h, t, deadline);
+    return false; /* lull__heap_insert's to do */
+}
+
+static inline int lull__heap_push(lull__heap *h, lull_timer *t,
+                                  uint64_t deadline) {
+    return lull__heap_try_push(h, t, deadline)
+               ? 0
+               : lull__heap_insert(h, t, deadline);
 }
 
 /* Appends a deferred arm where there is room (a few stores); false when
@@ -138,8 +145,14 @@ static inline bool lull__heap_try_defer(lull__heap *h, lull_timer *t,
 static inline void lull__heap_remove(lull__heap *h, lull_timer *t) {
     uint32_t p = t->node.aux;
     uint32_t end = LULL__HEAP_ROOT + h->len - 1; /* the last position */
-    if (LULL__HEAP_LIKELY(!h->pend && p != end &&
-                          8 * (uint64_t)p - 48 >= end)) {
+    if (LULL__HEAP_LIKELY(!h->pend) && p == end) {
+        /* The last slot (the newest arm, where it stayed: a timeout
+         * cancelled before any other arm): nothing moves. */
+        h->len--;
+        t->node.aux = 0;
+        return;
+    }
+    if (LULL__HEAP_LIKELY(!h->pend && 8 * (uint64_t)p - 48 >= end)) {
         /* A leaf whose parent fires earlier than the last slot: the last
          * slot fills it and moves neither way. */
         lull__slot *last = lull__heap_slot(h, end);

@@ -113,11 +113,21 @@ static inline void count_armed(lull_loop *loop, const lull_timer *t) {
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref++;
 }
 
+/* The insert that sifts or grows the heap (a quarter of random arms):
+ * out of line, so that heap_add ends in it, a jump, and keeps no frame. */
+__attribute__((noinline)) static void
+heap_insert(lull_loop *loop, lull_timer *t, uint64_t deadline) {
+    if (lull__heap_insert(&loop->heap, t, deadline) != 0) heap_oom();
+}
+
 LULL__HOT static void heap_add(lull_loop *loop, lull_timer *t,
                                uint64_t deadline) {
     arm_order(loop, t);
-    if (lull__heap_push(&loop->heap, t, deadline) != 0) heap_oom();
+    /* Counted before the insert, which then ends the function: one that
+     * fails stops the program (heap_oom). */
     count_armed(loop, t);
+    if (!lull__heap_try_push(&loop->heap, t, deadline))
+        heap_insert(loop, t, deadline);
 }
 
 /* A deferred arm (see the top of this file): its deadline comes with the
@@ -395,6 +405,26 @@ timer_start_slow(lull_timer *timer, uint64_t delay_ns, uint64_t repeat_ns) {
     arm_delayed(loop, timer, delay_ns);
 }
 
+/* A delayed one-shot arm of a timer that is not armed, other than a
+ * callback's further arm with room to defer: arm_delayed without
+ * timer_start_slow's unlink and zero-delay tests, which find nothing to do
+ * (set-up code arming its timers, a callback's first arm). The real
+ * clock's arms, which call for a reading, in one function; the virtual
+ * clock's (never deferred, no reading) in another, which ends in heap_add
+ * (a jump) and so saves no registers. */
+LULL__HOT __attribute__((noinline)) static void
+timer_arm_idle(lull_loop *loop, lull_timer *timer, uint64_t delay_ns) {
+    arm_delayed(loop, timer, delay_ns);
+}
+
+LULL__HOT __attribute__((noinline)) static void
+timer_arm_idle_virtual(lull_loop *loop, lull_timer *timer, uint64_t delay_ns) {
+    uint64_t now = loop->now;
+    /* At the virtual clock's end: as arm_delayed, nothing is armed. */
+    if (LULL_UNLIKELY(now == UINT64_MAX)) return;
+    heap_add(loop, timer, saturating_add(now, delay_ns));
+}
+
 LULL__HOT void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
                                 uint64_t repeat_ns) {
     if (LULL_UNLIKELY(!timer || !timer->loop)) return;
@@ -411,23 +441,49 @@ LULL__HOT void lull_timer_start(lull_timer *timer, uint64_t delay_ns,
         lull__timer_turn(timer);
         return;
     }
-    if (other == 0 && callback_has_read(loop)) {
-        /* A further delayed arm (delay_ns > 0: other is 0) of a callback
-         * (a batch of request timeouts): a few stores, where the heap has
-         * room. */
+    if (other == 0) {
+        /* A delayed one-shot arm (delay_ns > 0: other is 0) of an idle
+         * timer: nothing to take it out of. */
         timer->repeat = 0;
-        if (heap_try_defer(loop, timer, delay_ns)) {
+        if (callback_has_read(loop) && heap_try_defer(loop, timer, delay_ns)) {
+            /* A further delayed arm of a callback (a batch of request
+             * timeouts): a few stores, where the heap has room. */
             defer_ends_soon(loop);
             return;
         }
+        if (loop->virtual_clock)
+            timer_arm_idle_virtual(loop, timer, delay_ns);
+        else
+            timer_arm_idle(loop, timer, delay_ns);
+        return;
     }
     timer_start_slow(timer, delay_ns, repeat_ns);
 }
 
+/* Every other cancel of an armed timer: queued (a turn, a due fire), or
+ * with overrun entries to look through. Out of line, so that the common
+ * cancel saves no registers. */
+__attribute__((noinline)) static void timer_stop_slow(lull_loop *loop,
+                                                      lull_timer *timer) {
+    LULL_ASSERT_LOOP_THREAD(loop);
+    timer_unlink(loop, timer);
+}
+
 LULL__HOT void lull_timer_stop(lull_timer *timer) {
-    if (!timer || !timer->loop || !lull__timer_armed(timer)) return;
-    LULL_ASSERT_LOOP_THREAD(timer->loop);
-    timer_unlink(timer->loop, timer);
+    if (!timer || !timer->loop) return;
+    lull_loop *loop = timer->loop;
+    if (LULL_LIKELY(lull__heap_contains(timer) &&
+                    !lull__node_queued(&timer->node) &&
+                    loop->overruns_head == loop->overruns_len)) {
+        /* The common cancel: in the heap only, with no overrun entry to
+         * drop (the table is empty). The heap's removal comes last, so
+         * its slow path is a jump, and this function keeps no frame. */
+        LULL_ASSERT_LOOP_THREAD(loop);
+        if (!(timer->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
+        lull__heap_remove(&loop->heap, timer);
+        return;
+    }
+    if (lull__timer_armed(timer)) timer_stop_slow(loop, timer);
 }
 
 bool lull_timer_active(const lull_timer *timer) {

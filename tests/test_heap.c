@@ -314,6 +314,57 @@ TEST(heap_first_chunk_doubling_keeps_timers) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
+/* Request timeouts cancelled newest first (a reply that comes before the
+ * next request's arm): the newest arm that stayed where it landed is the
+ * heap's last slot, and its cancel moves nothing (heap.h). Deadlines in a
+ * narrow range, so ties are common and arm order decides them; a slot
+ * whose position is the largest of all armed ones is the last one, and the
+ * test checks that many cancels took that path. The rest then fire in
+ * (deadline, arm order), once. */
+TEST(heap_cancel_newest_first_keeps_order) {
+    lull_loop *loop = new_loop(0x2545f4914f6cdd1dull);
+    const int n = 3 * (int)LULL__HEAP_CHUNK;
+    hs = calloc(n, sizeof *hs);
+    bool *stopped = calloc(n, sizeof *stopped);
+    CHECK(hs != NULL && stopped != NULL);
+    fires = 0;
+    errors = 0;
+    uint32_t seq = 0;
+    int cancelled = 0, at_end = 0, top = 0; /* hs[0..top) armed so far */
+    for (int i = 0; i < n; i++)
+        lull_timer_init(loop, &hs[i].timer, on_fire);
+    while (top < n) {
+        /* Arm a few, then cancel the newest of them, newest first. */
+        int burst = 1 + (int)(next_rand() % 8);
+        int from = top;
+        for (int k = 0; k < burst && top < n; k++, top++)
+            arm(&hs[top], 1 + next_rand() % 500, seq++);
+        int cancels = (int)(next_rand() % (uint64_t)(top - from + 1));
+        for (int j = top - 1; j >= top - cancels; j--) {
+            uint32_t max = 0;
+            for (int m = 0; m < top; m++)
+                if (hs[m].armed && hs[m].timer.node.aux > max)
+                    max = hs[m].timer.node.aux;
+            at_end += hs[j].timer.node.aux == max;
+            lull_timer_stop(&hs[j].timer);
+            hs[j].armed = false;
+            stopped[j] = true;
+            cancelled++;
+        }
+    }
+    CHECK_LE(n / 8, at_end);
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(lull_timer_active(&hs[i].timer), hs[i].armed);
+    lull_loop_advance(loop, 501);
+    CHECK_U64_EQ(errors, 0);
+    CHECK_U64_EQ(fires, (uint64_t)(n - cancelled));
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(hs[i].fired, stopped[i] ? 0 : 1);
+    free(stopped);
+    free(hs);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
 /* ------------------------------------ deferred arms (src/timer.c) ---
  * On the real clock a callback's delayed arms wait after the heap until the
  * loop's next reading, which gives each its deadline, reading + delay. Arms
@@ -374,12 +425,48 @@ static void d_stop(dt *d) {
     d->armed = false;
 }
 
+/* Asks for a deadline, which flushes the deferred arms, then checks the
+ * heap's order, every position against its parent (heap.h), by the
+ * deadline of the timer each position holds: the debug build's
+ * loop_verify checks the first 1,024 slots only. */
+static bool d_check_heap;
+static lull_timer d_reader; /* takes the callback's reading (d_arm_all) */
+static void d_reader_fired(lull_timer *t) {
+    (void)t;
+}
+
+static void check_heap_order(void) {
+    uint32_t end = d_reader.node.aux + 1;
+    for (int i = 0; i < ds_n; i++) {
+        if (!ds[i].armed) continue;
+        CHECK(lull_timer_deadline(&ds[i].timer) != 0); /* flushes them all */
+        if (ds[i].timer.node.aux >= end) end = ds[i].timer.node.aux + 1;
+    }
+    uint64_t *at = calloc(end, sizeof *at);
+    CHECK(at != NULL);
+    for (int i = 0; i < ds_n; i++)
+        if (ds[i].armed)
+            at[ds[i].timer.node.aux] = lull_timer_deadline(&ds[i].timer);
+    if (d_reader.node.aux) /* the reading's own timer, in the heap too */
+        at[d_reader.node.aux] = lull_timer_deadline(&d_reader);
+    for (uint32_t p = LULL__HEAP_ROOT; p < end; p++) {
+        CHECK(at[p] != 0); /* the heap has no gaps */
+        if (p > LULL__HEAP_ROOT && at[p / 8 + 6] > at[p] && errors++ < 5)
+            fprintf(stderr, "position %u fires before its parent\n", p);
+    }
+    free(at);
+}
+
 /* One callback: every timer armed (the deferred area spans chunk
  * boundaries), then 20,000 random stops and re-arms, all before any
  * reading: deferred slots leave from the middle and the end, and the ones
  * stopped and armed again go last. */
 static void d_arm_all(lull_task *t) {
     (void)t;
+    /* The callback's first delayed arm reads the clock for itself
+     * (src/timer.c): with d_check_heap a timer outside the ordered group
+     * takes that reading, so one reading flushes every timer checked. */
+    if (d_check_heap) lull_timer_start(&d_reader, 1000000, 0);
     for (int i = 0; i < ds_n; i++)
         d_arm(&ds[i], 1 * 1000000 + (next_rand() % 200) * 5000, 0);
     for (int op = 0; op < 20000; op++) {
@@ -394,15 +481,18 @@ static void d_arm_all(lull_task *t) {
             d_error(&ds[i], "lull_timer_active disagrees");
         ds[i].expect = ds[i].armed;
     }
+    if (d_check_heap) check_heap_order();
 }
 
-TEST(deferred_arms_of_one_callback_fire_in_delay_and_arm_order) {
+/* n timers, all armed by one callback after the heap was grown to hold
+ * them (below). */
+static void deferred_batch(int n, uint64_t seed) {
     lull_loop_options o = {.clock = LULL_CLOCK_MONOTONIC};
     lull_loop *loop = NULL;
     CHECK_EQ(lull_loop_new(&loop, &o), 0);
     the_loop = loop;
-    rng = 0xdeadbeefcafef00dull;
-    ds_n = K;
+    rng = seed;
+    ds_n = n;
     ds = calloc((size_t)ds_n, sizeof *ds);
     CHECK(ds != NULL);
     errors = d_fires = 0;
@@ -410,6 +500,7 @@ TEST(deferred_arms_of_one_callback_fire_in_delay_and_arm_order) {
     d_last = NULL;
     for (int i = 0; i < ds_n; i++)
         lull_timer_init(loop, &ds[i].timer, d_fired);
+    lull_timer_init(loop, &d_reader, d_reader_fired);
     /* The heap grown first (arms outside a run, then stopped; it never
      * shrinks): an arm that found it full would read the clock (a second
      * reading in the batch, tests/test_timer.c), and the exact order below
@@ -430,9 +521,23 @@ TEST(deferred_arms_of_one_callback_fire_in_delay_and_arm_order) {
         expected += ds[i].fired;
     }
     CHECK_U64_EQ(d_fires, expected);
-    CHECK_LE((uint64_t)K / 2, d_fires);
+    CHECK_LE((uint64_t)n / 2, d_fires);
     free(ds);
     CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+TEST(deferred_arms_of_one_callback_fire_in_delay_and_arm_order) {
+    deferred_batch(K, 0xdeadbeefcafef00dull);
+}
+
+/* The flush walks the deferred slots and their parents by pointer, and
+ * looks a chunk up where either crosses into the next (src/heap.c): with
+ * twelve chunks of timers (about 42,000 still armed after the callback's
+ * stops) the parents, one position per eight arms, cross a chunk boundary
+ * too (position 4,096 is the parent of 32,720 .. 32,727). */
+TEST(deferred_arms_whose_parents_cross_a_chunk_fire_in_order) {
+    d_check_heap = true;
+    deferred_batch((int)(12 * LULL__HEAP_CHUNK + 100), 0x853c49e6748fea9bull);
 }
 
 /* Deferred arms beside a heap that moves: four always-readable pipes run
