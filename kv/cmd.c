@@ -169,6 +169,12 @@ static void exec_room_left(const kv *k, size_t *len, size_t *nrec) {
     if (urec < k->exec_nrec) *nrec += k->exec_nrec - urec;
 }
 
+void kv_exec_room_extra(kv *k, uint64_t end, size_t nrec) {
+    if (!k->in_exec || !k->exec_room) return;
+    k->exec_from += k->log.end - end;
+    k->exec_rec_from += k->log.nrec - nrec;
+}
+
 void kv_exec_room_set(kv *k, size_t len, size_t nrec) {
     k->exec_room = len;
     k->exec_nrec = nrec;
@@ -204,12 +210,15 @@ static inline bool write_room(kv *k, const kv_cmd *c, const resp_arg *a,
  * record. */
 static bool expire_key(kv *k, dict_entry *e, bool may_wait) {
     resp_arg del[2] = {{"DEL", 3}, {dict_key(&k->db.d, e), e->klen}};
+    uint64_t end = k->log.end;
+    size_t logged = k->log.nrec;
     if (may_wait && !k->replica) {
         size_t len = repl_record_len(del, 2), nrec = 1;
         exec_room_left(k, &len, &nrec);
         if (repl_log_room(&k->log, len, nrec) < 0) return false;
     }
     kv_log(k, del, 2);
+    if (may_wait) kv_exec_room_extra(k, end, logged);
     store_delete(&k->db, e);
     k->expiry_changed = true;
     return true;

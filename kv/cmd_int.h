@@ -107,6 +107,10 @@ size_t kv_log_need(const resp_arg *a, size_t argc, size_t *nrec);
  * none, its end): kv_log_room and a read's DEL of an expired key inside
  * it ask for what is left of them too. */
 void kv_exec_room_set(kv *k, size_t len, size_t nrec);
+/* What was logged since the log's end and record count were (end, nrec)
+ * asked for room of its own (kv_log_room): it leaves EXEC's writes
+ * theirs. */
+void kv_exec_room_extra(kv *k, uint64_t end, size_t nrec);
 void kv_oom(const char *what) __attribute__((noreturn));
 
 /* SCAN's cursor as Redis reads it (strtoul's rules); false: invalid. */

@@ -930,7 +930,10 @@ static void cmd_spop(kv *k, kv_client *cl, const resp_arg *a, size_t argc,
         k->in_exec = true;
         k->multi_logged = false;
     }
+    uint64_t end = k->log.end;
+    size_t logged = k->log.nrec;
     spop_records(k, &a[1], took, n, &s->d, rec, false, NULL, NULL);
+    if (!wrap) kv_exec_room_extra(k, end, logged);
     free(rec);
     if (wrap) {
         k->in_exec = false;

@@ -7896,6 +7896,70 @@ TEST(exec_spop_leaves_the_writes_after_it_their_room) {
     in_child(exec_spop_child);
 }
 
+/* Two records inside EXEC that asked for room of their own (a read's DEL
+ * of an expired key, SPOP's SREMs) before a write: each was counted
+ * against the writes' room as well, so the second asked for too little
+ * and the write after it found no memory (a stop). */
+static void exec_extras_run(const char *const *setup, size_t nsetup,
+                            const char *const *queued, uint64_t mallocs) {
+    watch_pair w;
+    exec_room_setup(&w, setup, nsetup, 101, queued, 3);
+    shim_reset(1);
+    fail_nth(K_MALLOC, -1, mallocs + 1, UINT64_MAX, ENOMEM);
+    arm(true);
+    const char *r = A(&w, "EXEC");
+    arm(false);
+    CHECK(strncmp(r, "*3\r\n", 4) == 0);
+    CHECK(strstr(r, "$-1\r\n+OK\r\n") != NULL);
+    CHECK(strcmp(last_record(&w.k), "*1\r\n$4\r\nEXEC\r\n") == 0);
+    CHECK(strcmp(B(&w, "GET x"), "$1\r\ny\r\n") == 0);
+    watch_close(&w);
+}
+
+/* "SET <key> 1 PX 100" and "GET <key>" of a key of n bytes of c. */
+static void long_key_cmds(char c, size_t n, char *set, char *get, size_t size) {
+    char key[400];
+    memset(key, c, n);
+    key[n] = 0;
+    snprintf(set, size, "SET %s 1 PX 100", key);
+    snprintf(get, size, "GET %s", key);
+}
+
+static int exec_two_expired_reads_child(void) {
+    static char s1[480], s2[480], g1[480], g2[480];
+    long_key_cmds('a', 150, s1, g1, sizeof s1);
+    long_key_cmds('b', 150, s2, g2, sizeof s2);
+    const char *setup[] = {s1, s2, "SET x z"};
+    const char *queued[] = {g1, g2, "SET x y"};
+    exec_extras_run(setup, 3, queued, 1); /* the first DEL's chunk */
+    return 0;
+}
+
+static int exec_spop_and_expired_read_child(void) {
+    static char s1[480], g1[480];
+    long_key_cmds('a', 360, s1, g1, sizeof s1);
+    const char *setup[] = {"SADD s member:number:00000000000000000000001 "
+                           "member:number:00000000000000000000002 "
+                           "member:number:00000000000000000000003 "
+                           "member:number:00000000000000000000004 "
+                           "member:number:00000000000000000000005 "
+                           "member:number:00000000000000000000006 "
+                           "member:number:00000000000000000000007 "
+                           "member:number:00000000000000000000008 "
+                           "member:number:00000000000000000000009 "
+                           "member:number:00000000000000000000010",
+                           s1, "SET x z"};
+    const char *queued[] = {"SPOP s 10", g1, "SET x y"};
+    /* SPOP's copy of its arguments and its chunk */
+    exec_extras_run(setup, 3, queued, 2);
+    return 0;
+}
+
+TEST(exec_two_records_of_their_own_leave_the_writes_their_room) {
+    in_child(exec_two_expired_reads_child);
+    in_child(exec_spop_and_expired_read_child);
+}
+
 /* Thousands of clients watching one key: a WATCH looked for the client
  * among every watcher of the key (as Redis 7.0 looks among every key of
  * the client), so N clients' WATCHes took N^2/2 steps, and one client's
