@@ -64,8 +64,11 @@ static void subscribe(lull_loop *loop, lull_notifier *n, lull_listener *l) {
     /* A zeroed notifier (static storage, calloc) never given to
      * lull_notifier_init takes listeners and local raises; the task that
      * carries its remote raises is set up here, on the owner thread and
-     * before any listener can hear one, or a remote raise would be lost. */
-    if (!n->remote.node.fn.task) n->remote.node.fn.task = notify_from_remote;
+     * before any listener can hear one, or a remote raise would be lost.
+     * Atomic: another thread's raise may read it meanwhile. */
+    if (!__atomic_load_n(&n->remote.node.fn.task, __ATOMIC_RELAXED))
+        __atomic_store_n(&n->remote.node.fn.task, notify_from_remote,
+                         __ATOMIC_RELEASE);
     l->loop = loop;
     l->notifier = n;
     l->next = NULL;
@@ -158,7 +161,9 @@ static void notify_from_remote(lull_task *task) {
 void lull_notifier_raise_remote(lull_loop *loop, lull_notifier *n) {
     /* No carrier: a zeroed notifier that no listener ever joined, where a
      * raise reaches no one (as lull_notifier_raise of it). */
-    if (!loop || !n || !n->remote.node.fn.task) return;
+    if (!loop || !n ||
+        !__atomic_load_n(&n->remote.node.fn.task, __ATOMIC_ACQUIRE))
+        return;
     __atomic_fetch_add(&n->raisers, 1, __ATOMIC_RELAXED);
     lull_task_post_remote(loop, &n->remote);
     __atomic_fetch_sub(&n->raisers, 1, __ATOMIC_RELEASE);

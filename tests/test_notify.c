@@ -780,3 +780,37 @@ TEST(zeroed_notifier_carries_remote_raises) {
     lull_notifier_quiesce(loop, &n);
     CHECK_EQ(lull_loop_free(loop), 0);
 }
+
+/* A thread raises a zeroed notifier while its first listener joins on the
+ * owner's thread: the listener's join sets up the carrier the raise reads
+ * (ThreadSanitizer: no race), and a raise after the join is heard. */
+typedef struct zeroed_raiser {
+    lull_loop *loop;
+    lull_notifier *n;
+    int joined; /* atomic: the listener is in */
+} zeroed_raiser;
+
+static void *raise_zeroed(void *arg) {
+    zeroed_raiser *z = arg;
+    while (!__atomic_load_n(&z->joined, __ATOMIC_ACQUIRE))
+        lull_notifier_raise_remote(z->loop, z->n);
+    lull_notifier_raise_remote(z->loop, z->n); /* after the join: heard */
+    return NULL;
+}
+
+TEST_THREADED(zeroed_notifier_raised_while_its_first_listener_joins) {
+    lull_loop *loop = new_loop();
+    static lull_notifier n; /* zeroed, never initialised */
+    zeroed_raiser z = {.loop = loop, .n = &n};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, raise_zeroed, &z), 0);
+    sub a = {.id = 1};
+    CHECK_EQ(lull_listener_start(loop, &n, &a.l, on_raise), 0);
+    __atomic_store_n(&z.joined, 1, __ATOMIC_RELEASE);
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    lull_loop_settle(loop);
+    CHECK(a.runs >= 1);
+    lull_listener_stop(&a.l);
+    lull_notifier_quiesce(loop, &n);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
