@@ -889,7 +889,8 @@ MULTI
 INCR a
 LPUSH a x
 INCR a
-EXECFLUSHALL
+EXEC
+FLUSHALL
 set k v
 WATCH k
 set k v

@@ -1471,7 +1471,7 @@ static void master_down(server *srv) {
      * handshake and hangs up, over and over) was a failed attempt: the
      * backoff goes on from before its handshake, else it would reconnect
      * every 100 ms for ever, each time a full sync. One that held longer
-     * was working, and its loss is retried at once. */
+     * was working, and its loss is retried after the least backoff. */
     if (m->backoff_was && lull_loop_now(srv->loop) - m->up_ns < RETRY_MAX_NS)
         m->backoff_ns = m->backoff_was;
     m->backoff_was = 0;
