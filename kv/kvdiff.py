@@ -891,519 +891,96 @@ LPUSH a x
 INCR a
 EXEC
 FLUSHALL
-set k v
-WATCH k
-set k v
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-setrange k 0 \e
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-setrange k 0 \e
-MULTI
-PING
-EXEC
-FLUSHALL
-rpush k a b
-WATCH k
-ltrim k 0 -1
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-ltrim k 0 -1
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-expire k 100
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-persist k
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v ex 100
-WATCH k
-persist k
-MULTI
-PING
-EXEC
-FLUSHALL
-hset k f v
-WATCH k
-hset k f v
-MULTI
-PING
-EXEC
-FLUSHALL
-hset k f v
-WATCH k
-hsetnx k f x
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 m
-WATCH k
-zadd k 1 m
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 m
-WATCH k
-zadd k nx 2 m
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 m
-WATCH k
-zincrby k 0 m
-MULTI
-PING
-EXEC
-FLUSHALL
-set k 1
-WATCH k
-incrby k 0
-MULTI
-PING
-EXEC
-FLUSHALL
-set k 1
-WATCH k
-incrbyfloat k 0
-MULTI
-PING
-EXEC
-FLUSHALL
-hset k f 1
-WATCH k
-hincrby k f 0
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-getex k
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-getex k persist
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-getex k ex 100
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-getdel k
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-getdel k
-MULTI
-PING
-EXEC
-FLUSHALL
-set d x
-WATCH d
-sinterstore d nope1 nope2
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH d
-sinterstore d nope1 nope2
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH d
-sunionstore d nope1
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH d
-sdiffstore d nope1
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-rename k k
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-renamenx k k
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-rename k j
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH j
-rename k j
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-flushall
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-flushdb
-MULTI
-PING
-EXEC
-FLUSHALL
-set o v
-WATCH k
-flushall
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-flushall
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-del k
-MULTI
-PING
-EXEC
-FLUSHALL
-sadd k a
-WATCH k
-srem k b
-MULTI
-PING
-EXEC
-FLUSHALL
-rpush k a
-WATCH k
-lrem k 0 b
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-lpushx k a
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-spop k
-MULTI
-PING
-EXEC
-FLUSHALL
-sadd k a
-WATCH k
-spop k 0
-MULTI
-PING
-EXEC
-FLUSHALL
-rpush k a
-WATCH k
-lpop k 0
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 a
-WATCH k
-zpopmin k 0
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 a
-WATCH k
-zrem k b
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 a
-WATCH k
-zremrangebyscore k 5 6
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 a
-WATCH k
-zremrangebyrank k 5 6
-MULTI
-PING
-EXEC
-FLUSHALL
-hset k f v
-WATCH k
-hdel k g
-MULTI
-PING
-EXEC
-FLUSHALL
-sadd k a
-WATCH k
-smove k d zz
-MULTI
-PING
-EXEC
-FLUSHALL
-sadd k a
-WATCH k
-smove k k a
-MULTI
-PING
-EXEC
-FLUSHALL
-sadd k a
-sadd d a
-WATCH d
-smove k d a
-MULTI
-PING
-EXEC
-FLUSHALL
-rpush k a
-WATCH k
-lmove k k left right
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH d
-rpoplpush k d
-MULTI
-PING
-EXEC
-FLUSHALL
-rpush k a
-WATCH k
-lset k 0 a
-MULTI
-PING
-EXEC
-FLUSHALL
-rpush k a
-WATCH k
-linsert k before zz x
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-append k \e
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-append k \e
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-setnx k x
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-set k x nx
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-set k x xx
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-msetnx k x j y
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH j
-msetnx k x j y
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH j
-mset k x j y
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-expire k 0
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v ex 100
-WATCH k
-expire k 200 nx
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-pexpireat k 1
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v ex 100
-WATCH k
-expire k 100
-MULTI
-PING
-EXEC
-FLUSHALL
-sadd k a
-WATCH k
-sadd k a
-MULTI
-PING
-EXEC
-FLUSHALL
-WATCH k
-publish k m
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-set j v
-WATCH k
-del j
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-unlink k
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v ex 100
-WATCH k
-set k v keepttl
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-getset k v
-MULTI
-PING
-EXEC
-FLUSHALL
-set k v
-WATCH k
-setex k 100 v
-MULTI
-PING
-EXEC
-FLUSHALL
-hset k f 1
-WATCH k
-hincrbyfloat k f 0
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 a
-WATCH k
-zadd k xx 1 b
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 1 a
-WATCH k
-zadd k incr 0 a
-MULTI
-PING
-EXEC
-FLUSHALL
-zadd k 5 a
-WATCH k
-zadd k gt 1 a
-MULTI
-PING
-EXEC
 """
 
 
+# WATCH, then a write (or none) to what it watches, then MULTI PING EXEC:
+# the EXEC runs or fails alike (requests split at " | "; each case is
+# followed by MULTI, PING, EXEC and a FLUSHALL).
+WATCH_EDGES = [
+    'set k v | WATCH k | set k v',
+    'set k v | WATCH k | setrange k 0 \\e',
+    'WATCH k | setrange k 0 \\e',
+    'rpush k a b | WATCH k | ltrim k 0 -1',
+    'WATCH k | ltrim k 0 -1',
+    'WATCH k | expire k 100',
+    'set k v | WATCH k | persist k',
+    'set k v ex 100 | WATCH k | persist k',
+    'hset k f v | WATCH k | hset k f v',
+    'hset k f v | WATCH k | hsetnx k f x',
+    'zadd k 1 m | WATCH k | zadd k 1 m',
+    'zadd k 1 m | WATCH k | zadd k nx 2 m',
+    'zadd k 1 m | WATCH k | zincrby k 0 m',
+    'set k 1 | WATCH k | incrby k 0',
+    'set k 1 | WATCH k | incrbyfloat k 0',
+    'hset k f 1 | WATCH k | hincrby k f 0',
+    'set k v | WATCH k | getex k',
+    'set k v | WATCH k | getex k persist',
+    'set k v | WATCH k | getex k ex 100',
+    'set k v | WATCH k | getdel k',
+    'WATCH k | getdel k',
+    'set d x | WATCH d | sinterstore d nope1 nope2',
+    'WATCH d | sinterstore d nope1 nope2',
+    'WATCH d | sunionstore d nope1',
+    'WATCH d | sdiffstore d nope1',
+    'set k v | WATCH k | rename k k',
+    'set k v | WATCH k | renamenx k k',
+    'set k v | WATCH k | rename k j',
+    'set k v | WATCH j | rename k j',
+    'WATCH k | flushall',
+    'WATCH k | flushdb',
+    'set o v | WATCH k | flushall',
+    'set k v | WATCH k | flushall',
+    'WATCH k | del k',
+    'sadd k a | WATCH k | srem k b',
+    'rpush k a | WATCH k | lrem k 0 b',
+    'WATCH k | lpushx k a',
+    'WATCH k | spop k',
+    'sadd k a | WATCH k | spop k 0',
+    'rpush k a | WATCH k | lpop k 0',
+    'zadd k 1 a | WATCH k | zpopmin k 0',
+    'zadd k 1 a | WATCH k | zrem k b',
+    'zadd k 1 a | WATCH k | zremrangebyscore k 5 6',
+    'zadd k 1 a | WATCH k | zremrangebyrank k 5 6',
+    'hset k f v | WATCH k | hdel k g',
+    'sadd k a | WATCH k | smove k d zz',
+    'sadd k a | WATCH k | smove k k a',
+    'sadd k a | sadd d a | WATCH d | smove k d a',
+    'rpush k a | WATCH k | lmove k k left right',
+    'WATCH d | rpoplpush k d',
+    'rpush k a | WATCH k | lset k 0 a',
+    'rpush k a | WATCH k | linsert k before zz x',
+    'set k v | WATCH k | append k \\e',
+    'WATCH k | append k \\e',
+    'set k v | WATCH k | setnx k x',
+    'set k v | WATCH k | set k x nx',
+    'WATCH k | set k x xx',
+    'set k v | WATCH k | msetnx k x j y',
+    'set k v | WATCH j | msetnx k x j y',
+    'WATCH j | mset k x j y',
+    'set k v | WATCH k | expire k 0',
+    'set k v ex 100 | WATCH k | expire k 200 nx',
+    'WATCH k | pexpireat k 1',
+    'set k v ex 100 | WATCH k | expire k 100',
+    'sadd k a | WATCH k | sadd k a',
+    'WATCH k | publish k m',
+    'set k v | set j v | WATCH k | del j',
+    'set k v | WATCH k | unlink k',
+    'set k v ex 100 | WATCH k | set k v keepttl',
+    'set k v | WATCH k | getset k v',
+    'set k v | WATCH k | setex k 100 v',
+    'hset k f 1 | WATCH k | hincrbyfloat k f 0',
+    'zadd k 1 a | WATCH k | zadd k xx 1 b',
+    'zadd k 1 a | WATCH k | zadd k incr 0 a',
+    'zadd k 5 a | WATCH k | zadd k gt 1 a',
+]
+
+
 def edge_requests():
-    for line in EDGES.strip().split("\n"):
+    lines = EDGES.strip().split("\n")
+    for case in WATCH_EDGES:
+        lines += case.split(" | ") + ["MULTI", "PING", "EXEC", "FLUSHALL"]
+    for line in lines[:-1]:
         yield [w.encode("latin-1").replace(b"\\s", b" ").replace(b"\\e", b"")
                for w in line.split(" ")]
 
