@@ -1726,8 +1726,6 @@ int kv_exec(kv *k, kv_client *cl, const resp_arg *a, size_t argc, buf *out) {
 
 /* ---------------------------------------------------------- replication */
 
-/* Runs one record of the primary's log: a write, with its arguments, that
- * succeeds here as it did there. */
 /* A record's command, if it is one the log holds (a write, or a logged
  * PUBLISH) with its arguments; else NULL and *err says why, naming the
  * command: its first 32 bytes, each one not printable as '?' (the reason
@@ -1756,6 +1754,8 @@ static const kv_cmd *record_cmd(const resp_arg *a, size_t argc,
     return c;
 }
 
+/* Runs one record of the primary's log: a write, with its arguments, that
+ * succeeds here as it did there. */
 static int apply_record(kv *k, const resp_arg *a, size_t argc,
                         const char **err) {
     const kv_cmd *c = record_cmd(a, argc, err);

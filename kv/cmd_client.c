@@ -240,21 +240,21 @@ static void touch_entry(const dict *d, dict_entry *e, void *arg) {
                 w->cl->watch_dirty = true;
 }
 
-/* A flush deletes every key there: as the DEL of each (touch). */
-void kv_watch_touch_present(kv *k) {
-    touch_walk t = {k, true};
+static void touch_watched(kv *k, bool present_only) {
+    touch_walk t = {k, present_only};
     uint64_t cursor = 0;
     do
         cursor = dict_scan(&k->watched, cursor, 64, touch_entry, &t);
     while (cursor);
 }
 
+/* A flush deletes every key there: as the DEL of each (touch). */
+void kv_watch_touch_present(kv *k) {
+    touch_watched(k, true);
+}
+
 void kv_watch_touch_all(kv *k) {
-    touch_walk t = {k, false};
-    uint64_t cursor = 0;
-    do
-        cursor = dict_scan(&k->watched, cursor, 64, touch_entry, &t);
-    while (cursor);
+    touch_watched(k, false);
 }
 
 /* WATCH key [key ...]: EXEC fails (a null reply) if any is written
