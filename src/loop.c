@@ -571,19 +571,24 @@ static inline bool plain_hop_may_start(const lull_loop *loop, uint64_t t) {
 
 /* After a hop's callback: it asked nothing of the slice (no
  * lull_loop_should_yield or lull_loop_stop, which move the countdown or
- * spend the slice; no timer armed; no flush task queued), the next unread
- * end is not a read's turn, and a task is ready. The slice's unread end
- * (lull__slice_check) and the next hop's begin would then together leave
- * everything as it was but the count of unread ends. */
-static inline bool plain_hop_untouched(const lull_loop *loop) {
+ * spend the slice; no timer armed; no flush task queued), and a task is
+ * ready. */
+static inline bool plain_hop_asked_nothing(const lull_loop *loop) {
     /* The hop began its slice's countdown at 1. A stop (lull_loop_stop, a
      * failed poll) puts it at 0, and so does every slice check (a
      * should_yield's unread end, or its read, which spends the slice or
      * plans the next read and clears time_stale): still 1, and neither
      * came. */
     return loop->countdown == 1 && (loop->heap.len | loop->heap.pend) == 0 &&
-           loop->unread_ends + 1 < LULL__EVERY_CALLBACK_READS &&
            !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
+}
+
+/* ... and the next unread end is not a read's turn. The slice's unread
+ * end (lull__slice_check) and the next hop's begin would then together
+ * leave everything as it was but the count of unread ends. */
+static inline bool plain_hop_untouched(const lull_loop *loop) {
+    return plain_hop_asked_nothing(loop) &&
+           loop->unread_ends + 1 < LULL__EVERY_CALLBACK_READS;
 }
 
 /* The look found readiness, a post, or failed: the general iteration
@@ -622,10 +627,8 @@ plain_hop_ends(lull_loop *loop, bool spent) {
 LULL__HOT __attribute__((noinline)) static bool
 plain_hop_turned(lull_loop *loop, uint64_t *t) {
     /* plain_hop_untouched but for the reading's turn. */
-    bool read_due =
-        loop->countdown == 1 && (loop->heap.len | loop->heap.pend) == 0 &&
-        loop->unread_ends + 1 >= LULL__EVERY_CALLBACK_READS &&
-        !lull__queue_empty(&loop->ready) && lull__queue_empty(&loop->flush);
+    bool read_due = plain_hop_asked_nothing(loop) &&
+                    loop->unread_ends + 1 >= LULL__EVERY_CALLBACK_READS;
     *t = plain_hop_ends(loop, lull__after_callback(loop));
     if (!read_due || !plain_hops_only_tasks(loop)) return false;
     move_now(loop, *t);
