@@ -113,6 +113,10 @@ static inline void count_armed(lull_loop *loop, const lull_timer *t) {
     if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref++;
 }
 
+static inline void count_disarmed(lull_loop *loop, const lull_timer *t) {
+    if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
+}
+
 /* The insert that sifts or grows the heap (a quarter of random arms):
  * out of line, so that heap_add ends in it, a jump, and keeps no frame. */
 __attribute__((noinline)) static void
@@ -158,7 +162,7 @@ static inline void defer_ends_soon(lull_loop *loop) {
 
 static void heap_del(lull_loop *loop, lull_timer *t) {
     lull__heap_remove(&loop->heap, t);
-    if (!(t->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
+    count_disarmed(loop, t);
 }
 
 /* ------------------------------------------------------------ overruns
@@ -479,7 +483,7 @@ LULL__HOT void lull_timer_stop(lull_timer *timer) {
          * drop (the table is empty). The heap's removal comes last, so
          * its slow path is a jump, and this function keeps no frame. */
         LULL_ASSERT_LOOP_THREAD(loop);
-        if (!(timer->node.flags & LULL__NODE_UNREF)) loop->timers_ref--;
+        count_disarmed(loop, timer);
         lull__heap_remove(&loop->heap, timer);
         return;
     }
