@@ -7745,12 +7745,19 @@ TEST(watch_smove_onto_a_member_is_no_write_of_the_destination) {
 /* The keys a client watches are memory it holds: CLIENT LIST's tot-mem
  * grows with them (as redis-server 7.0's, by 56 bytes a key there) and
  * falls back at UNWATCH; a key watched twice counts once. */
-static size_t tot_mem_of(const kv_client *cl) {
+/* cl's CLIENT LIST line, NUL-ended, into line (emptied first), for a
+ * connection made up for it. */
+static void client_line_of(const kv_client *cl, buf *line) {
     kv_conn_info ci = {
         .id = 1, .addr = "a:1", .laddr = "b:2", .fd = -1, .events = "r"};
+    line->len = 0;
+    kv_client_line(cl, &ci, line);
+    buf_put(line, "", 1);
+}
+
+static size_t tot_mem_of(const kv_client *cl) {
     buf line = {0};
-    kv_client_line(cl, &ci, &line);
-    buf_put(&line, "", 1);
+    client_line_of(cl, &line);
     const char *t = strstr(line.p, " tot-mem=");
     CHECK(t != NULL);
     size_t n = strtoull(t + 9, NULL, 10);
@@ -8003,17 +8010,12 @@ TEST(watch_of_a_key_thousands_watch_costs_no_walk_of_them) {
 TEST(watch_dirty_shows_in_client_flags) {
     watch_pair w;
     watch_open(&w);
-    kv_conn_info ci = {
-        .id = 1, .addr = "a:1", .laddr = "b:2", .fd = -1, .events = "r"};
     buf line = {0};
     A(&w, "WATCH k");
-    kv_client_line(&w.a, &ci, &line);
-    buf_put(&line, "", 1);
+    client_line_of(&w.a, &line);
     CHECK(strstr(line.p, " flags=N "));
     B(&w, "SET k 1");
-    line.len = 0;
-    kv_client_line(&w.a, &ci, &line);
-    buf_put(&line, "", 1);
+    client_line_of(&w.a, &line);
     CHECK(strstr(line.p, " flags=d "));
     buf_free(&line);
     watch_close(&w);
