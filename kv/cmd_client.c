@@ -253,6 +253,7 @@ void kv_watch_touch_present(kv *k) {
     touch_watched(k, true);
 }
 
+/* A full resync replaces the keyspace: every watched key, there or not. */
 void kv_watch_touch_all(kv *k) {
     touch_watched(k, false);
 }

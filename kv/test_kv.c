@@ -7742,9 +7742,6 @@ TEST(watch_smove_onto_a_member_is_no_write_of_the_destination) {
     watch_close(&w);
 }
 
-/* The keys a client watches are memory it holds: CLIENT LIST's tot-mem
- * grows with them (as redis-server 7.0's, by 56 bytes a key there) and
- * falls back at UNWATCH; a key watched twice counts once. */
 /* cl's CLIENT LIST line, NUL-ended, into line (emptied first), for a
  * connection made up for it. */
 static void client_line_of(const kv_client *cl, buf *line) {
@@ -7755,6 +7752,9 @@ static void client_line_of(const kv_client *cl, buf *line) {
     buf_put(line, "", 1);
 }
 
+/* The keys a client watches are memory it holds: CLIENT LIST's tot-mem
+ * grows with them (as redis-server 7.0's, by 56 bytes a key there) and
+ * falls back at UNWATCH; a key watched twice counts once. */
 static size_t tot_mem_of(const kv_client *cl) {
     buf line = {0};
     client_line_of(cl, &line);
