@@ -1663,8 +1663,11 @@ static int master_handshake(server *srv) {
             m->snap_db.plant_same_length = k->db.plant_same_length;
             m->snap_db.plant_blob_inplace = k->db.plant_blob_inplace;
         } else {
-            kv_watch_touch_all(k);
-            store_clear(&k->db); /* another history: start over */
+            /* Another history: start over, from an empty keyspace (a
+             * watch of a key there fails; the replayed records are
+             * writes, and fail the watches of theirs). */
+            kv_watch_touch_all(k, &k->db, NULL);
+            store_clear(&k->db);
             k->offset = 0;
             memcpy(m->replid, id, sizeof id);
         }
@@ -1828,8 +1831,10 @@ static long apply_snapshot(server *srv) {
         } else if (argc >= 1 && resp_is(&srv->argv[0], SNAP_END)) {
             if (argc == 2 && parse_u64(&srv->argv[1], &keys) &&
                 keys == store_count(&k->db)) {
-                store_free(&old); /* the snapshot's takes its place */
-                kv_watch_touch_all(k);
+                /* The snapshot's keyspace takes the old one's place:
+                 * the watches of the keys in either fail. */
+                kv_watch_touch_all(k, &old, &k->db);
+                store_free(&old);
                 memset(&m->snap_db, 0, sizeof m->snap_db);
                 k->offset = m->snap_off;
                 k->expiry_changed = true;
