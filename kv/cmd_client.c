@@ -208,11 +208,11 @@ static void touch(kv *k, const char *p, size_t len, bool del) {
 }
 
 void kv_watch_touch_key(kv *k, const resp_arg *key) {
-    if (k->watched.count) touch(k, key->p, key->len, false);
+    if (k->watched.count && !k->loading) touch(k, key->p, key->len, false);
 }
 
 void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc) {
-    if (argc < 2 || resp_is(&a[0], "PUBLISH")) return;
+    if (argc < 2 || k->loading || resp_is(&a[0], "PUBLISH")) return;
     /* Where a record's keys are: one at a[1] but for these. */
     size_t last = 1, step = 1;
     bool del = resp_is(&a[0], "DEL") || resp_is(&a[0], "UNLINK");

@@ -1463,7 +1463,9 @@ static void master_down(server *srv) {
     srv->kv.link_up = false;
     m->in.len = 0; /* a partial record: it comes again after the resync */
     m->need = 0;
-    m->snap = false; /* a snapshot cut short: the replid is unknown */
+    /* A snapshot cut short: the replid is unknown, and the part taken
+     * is dropped; the old keyspace stays as it was, so no watch fails. */
+    m->snap = false;
     store_free(&m->snap_db);
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
@@ -1794,7 +1796,8 @@ static int master_auth_reply(server *srv) {
 }
 
 /* The snapshot's records at the front of m->in, up to its end marker:
- * applied without counting them in the offset (they are not the log's).
+ * applied without counting them in the offset (they are not the log's)
+ * or failing a watch (kv.loading), into the link's keyspace.
  * The bytes taken, or -1: the link was closed (a malformed snapshot, or
  * one whose key count is not the marker's). */
 static long apply_snapshot(server *srv) {
@@ -1854,8 +1857,10 @@ static long apply_snapshot(server *srv) {
                      store_count(&k->db));
         } else {
             size_t need2;
+            k->loading = true; /* no write a client saw: no watch touched */
             long r = kv_apply_stream(k, &lim, srv->argv, m->in.p + off,
                                      (size_t)n, &err, &need2);
+            k->loading = false;
             k->offset = offset; /* the snapshot's bytes are not the log's */
             if (r == n) {
                 off += (size_t)n;

@@ -3308,6 +3308,56 @@ TEST(full_resync_fails_only_the_watches_of_keys_it_replaced) {
     fake_replica_end(loop, &r);
 }
 
+/* The link lost in the middle of a snapshot: the replica keeps its old
+ * keyspace as it was and drops the part of the snapshot it had, so no
+ * watch fails, whatever keys that part held (it failed the watches of
+ * each one, as if they were writes). */
+TEST(snapshot_cut_short_fails_no_watch) {
+    snap_full = 0;
+    lull_loop *loop;
+    static server r;
+    fake_replica_synced(&loop, &r, count_syncs);
+    static const char first[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
+    send_all(fake_fd, first, sizeof first - 1);
+    uint64_t t0 = now_ms();
+    while (snap_full == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    static const char *const keys[] = {"none", "old", "new"};
+    enum { N = sizeof keys / sizeof *keys };
+    int fds[N];
+    watch_each(loop, &r, keys, fds, N);
+    fake_primary_hangs_up(loop, &r);
+    static const char part[] =
+        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 9000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n2\r\n";
+    send_all(fake_fd, part, sizeof part - 1);
+    while (store_count(&r.m.snap_db) < 2) { /* applied, in its keyspace */
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(!r.kv.link_up);
+    fake_primary_hangs_up(loop, &r);
+    CHECK_EQ(snap_full, 1);
+    CHECK_U64_EQ(r.kv.offset, 5000); /* the old keyspace, as it was */
+    static const char *const want[N] = {"*1\r\n$-1\r\n", "*1\r\n$1\r\n1\r\n",
+                                        "*1\r\n$-1\r\n"};
+    char got[64];
+    for (int i = 0; i < N; i++) {
+        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
+        if (strcmp(reply, want[i]) != 0)
+            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
+        CHECK(strcmp(reply, want[i]) == 0);
+        close(fds[i]);
+    }
+    fake_replica_end(loop, &r);
+}
+
 /* A full resync that replays the log from 0 (+FULLRESYNC <replid> 0)
  * empties the keyspace first: a watch of a key that was there fails, one
  * of a key that was not holds (the replayed records are writes: a watch
