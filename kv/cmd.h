@@ -104,9 +104,13 @@ void kv_client_init(kv_client *cl, void *owner, buf *out);
 /* The client goes (or stops listening): its subscriptions, queued
  * commands and name are dropped. Idempotent. */
 void kv_client_reset(kv *k, kv_client *cl);
-/* Every watched key may have changed (a replica's new history): each
- * watching client's EXEC fails. */
-void kv_watch_touch_all(kv *k);
+/* A replica's keyspace `emptied` is replaced by `with` (a full resync's
+ * snapshot, once whole; NULL: by none, a replay of the log from 0 to
+ * come), between commands, before `emptied` is freed: as Redis 7's
+ * touchAllWatchedKeysInDb, the EXEC of a client watching a key that was
+ * in `emptied` or is in `with` fails; a watch of a key in neither holds.
+ * A snapshot cut short replaces nothing, and calls nothing. */
+void kv_watch_touch_all(kv *k, const store *emptied, const store *with);
 static inline bool kv_client_subscribed(const kv_client *cl) {
     return cl->subs[0].count + cl->subs[1].count > 0;
 }
@@ -175,6 +179,11 @@ struct kv {
     /* Running a record of the primary's (a replica): every key is seen as
      * it is (expiry is the primary's to decide), and writes are allowed. */
     bool applying;
+    /* A snapshot's record running (link.c), into a keyspace of the
+     * link's, not k->db's: no client saw its writes, so they touch no
+     * watch (as Redis' loading of an RDB); kv_watch_touch_all compares
+     * the keyspaces once the snapshot replaces the old one. */
+    bool loading;
     /* EXEC running: the first write logs MULTI before it, and EXEC ends
      * the run, so a replica applies the transaction as a unit. */
     bool in_exec;

@@ -131,11 +131,16 @@ static kv_watch **first_watch(dict_entry *key) {
     return (kv_watch **)dict_data(key);
 }
 
-/* The key is there and not expired: what a read finds (kv_lookup). */
+/* e, a key of db, is not expired: what a read finds (kv_lookup). */
+static bool entry_live(kv *k, const store *db, dict_entry *e) {
+    return !store_obj(e)->heap ||
+           !store_expired(store_expire(db, e), kv_now(k));
+}
+
+/* The key is there and not expired. */
 static bool key_live(kv *k, const char *p, size_t len) {
     dict_entry *e = store_find(&k->db, p, len);
-    return e && (!store_obj(e)->heap ||
-                 !store_expired(store_expire(&k->db, e), kv_now(k)));
+    return e && entry_live(k, &k->db, e);
 }
 
 void kv_unwatch(kv *k, kv_client *cl) {
@@ -203,11 +208,11 @@ static void touch(kv *k, const char *p, size_t len, bool del) {
 }
 
 void kv_watch_touch_key(kv *k, const resp_arg *key) {
-    if (k->watched.count) touch(k, key->p, key->len, false);
+    if (k->watched.count && !k->loading) touch(k, key->p, key->len, false);
 }
 
 void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc) {
-    if (argc < 2 || resp_is(&a[0], "PUBLISH")) return;
+    if (argc < 2 || k->loading || resp_is(&a[0], "PUBLISH")) return;
     /* Where a record's keys are: one at a[1] but for these. */
     size_t last = 1, step = 1;
     bool del = resp_is(&a[0], "DEL") || resp_is(&a[0], "UNLINK");
@@ -228,20 +233,32 @@ void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc) {
 
 typedef struct touch_walk {
     kv *k;
-    bool present_only;
+    const store *emptied, *with; /* with: NULL for a flush */
 } touch_walk;
 
+/* One watched key as Redis 7's touchAllWatchedKeysInDb (multi.c) sees
+ * it: in neither keyspace (looked up as is, expired or not, as Redis'
+ * dictFind), nothing changed and no watch fails. Else a watch taken while
+ * the key was there and live fails. One taken while it was absent or
+ * expired (was_live false: EXEC does not test its expiry) fails only if
+ * the key is live in either keyspace: an expired key deleted, or replaced
+ * by another expired one, is no change (Redis' wk->expired cases); live
+ * in the emptied one, it was written since, which failed the watch
+ * already. */
 static void touch_entry(const dict *d, dict_entry *e, void *arg) {
     touch_walk *t = arg;
     const char *p = dict_key(d, e);
-    if (!t->present_only || store_find(&t->k->db, p, e->klen))
-        for (kv_watch *w = *first_watch(e); w; w = w->knext)
-            if (!t->present_only || w->was_live || key_live(t->k, p, e->klen))
-                w->cl->watch_dirty = true;
+    dict_entry *before = store_find(t->emptied, p, e->klen);
+    dict_entry *after = t->with ? store_find(t->with, p, e->klen) : NULL;
+    if (!before && !after) return;
+    bool live = (before && entry_live(t->k, t->emptied, before)) ||
+                (after && entry_live(t->k, t->with, after));
+    for (kv_watch *w = *first_watch(e); w; w = w->knext)
+        if (w->was_live || live) w->cl->watch_dirty = true;
 }
 
-static void touch_watched(kv *k, bool present_only) {
-    touch_walk t = {k, present_only};
+static void touch_replaced(kv *k, const store *emptied, const store *with) {
+    touch_walk t = {k, emptied, with};
     uint64_t cursor = 0;
     do
         cursor = dict_scan(&k->watched, cursor, 64, touch_entry, &t);
@@ -250,12 +267,14 @@ static void touch_watched(kv *k, bool present_only) {
 
 /* A flush deletes every key there: as the DEL of each (touch). */
 void kv_watch_touch_present(kv *k) {
-    touch_watched(k, true);
+    touch_replaced(k, &k->db, NULL);
 }
 
-/* A full resync replaces the keyspace: every watched key, there or not. */
-void kv_watch_touch_all(kv *k) {
-    touch_watched(k, false);
+void kv_watch_touch_all(kv *k, const store *emptied, const store *with) {
+    /* Called between commands: the time now, not the last command's. */
+    k->cmd_now = 0;
+    touch_replaced(k, emptied, with);
+    k->cmd_now = 0;
 }
 
 /* WATCH key [key ...]: EXEC fails (a null reply) if any is written

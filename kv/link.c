@@ -1463,7 +1463,9 @@ static void master_down(server *srv) {
     srv->kv.link_up = false;
     m->in.len = 0; /* a partial record: it comes again after the resync */
     m->need = 0;
-    m->snap = false; /* a snapshot cut short: the replid is unknown */
+    /* A snapshot cut short: the replid is unknown, and the part taken
+     * is dropped; the old keyspace stays as it was, so no watch fails. */
+    m->snap = false;
     store_free(&m->snap_db);
     buf_shrink(&m->in, INPUT_KEEP);
     lull_task_cancel(&m->ack);
@@ -1663,8 +1665,11 @@ static int master_handshake(server *srv) {
             m->snap_db.plant_same_length = k->db.plant_same_length;
             m->snap_db.plant_blob_inplace = k->db.plant_blob_inplace;
         } else {
-            kv_watch_touch_all(k);
-            store_clear(&k->db); /* another history: start over */
+            /* Another history: start over, from an empty keyspace (a
+             * watch of a key there fails; the replayed records are
+             * writes, and fail the watches of theirs). */
+            kv_watch_touch_all(k, &k->db, NULL);
+            store_clear(&k->db);
             k->offset = 0;
             memcpy(m->replid, id, sizeof id);
         }
@@ -1791,7 +1796,8 @@ static int master_auth_reply(server *srv) {
 }
 
 /* The snapshot's records at the front of m->in, up to its end marker:
- * applied without counting them in the offset (they are not the log's).
+ * applied without counting them in the offset (they are not the log's)
+ * or failing a watch (kv.loading), into the link's keyspace.
  * The bytes taken, or -1: the link was closed (a malformed snapshot, or
  * one whose key count is not the marker's). */
 static long apply_snapshot(server *srv) {
@@ -1828,8 +1834,10 @@ static long apply_snapshot(server *srv) {
         } else if (argc >= 1 && resp_is(&srv->argv[0], SNAP_END)) {
             if (argc == 2 && parse_u64(&srv->argv[1], &keys) &&
                 keys == store_count(&k->db)) {
-                store_free(&old); /* the snapshot's takes its place */
-                kv_watch_touch_all(k);
+                /* The snapshot's keyspace takes the old one's place:
+                 * the watches of the keys in either fail. */
+                kv_watch_touch_all(k, &old, &k->db);
+                store_free(&old);
                 memset(&m->snap_db, 0, sizeof m->snap_db);
                 k->offset = m->snap_off;
                 k->expiry_changed = true;
@@ -1849,8 +1857,10 @@ static long apply_snapshot(server *srv) {
                      store_count(&k->db));
         } else {
             size_t need2;
+            k->loading = true; /* no write a client saw: no watch touched */
             long r = kv_apply_stream(k, &lim, srv->argv, m->in.p + off,
                                      (size_t)n, &err, &need2);
+            k->loading = false;
             k->offset = offset; /* the snapshot's bytes are not the log's */
             if (r == n) {
                 off += (size_t)n;

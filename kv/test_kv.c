@@ -8022,7 +8022,9 @@ TEST(watch_dirty_shows_in_client_flags) {
 }
 
 /* On a replica the primary's records are the writes: they fail a watch
- * there as a client's would on the primary; a new history fails all. */
+ * there as a client's would on the primary; a new history from an empty
+ * keyspace (a replay from 0) fails the watches of the keys there, not of
+ * one that was not (watch_across_a_replaced_keyspace has the rule). */
 TEST(watch_on_a_replica) {
     kv r;
     kv_setup(&r, true);
@@ -8040,13 +8042,113 @@ TEST(watch_on_a_replica) {
     exec_cl(&r, &c, &out, "MULTI");
     exec_cl(&r, &c, &out, "GET k");
     CHECK(strcmp(exec_cl(&r, &c, &out, "EXEC"), "*-1\r\n") == 0);
-    exec_cl(&r, &c, &out, "WATCH j");
-    kv_watch_touch_all(&r);
+    exec_cl(&r, &c, &out, "WATCH k");
+    kv_watch_touch_all(&r, &r.db, NULL);
     exec_cl(&r, &c, &out, "MULTI");
     CHECK(strcmp(exec_cl(&r, &c, &out, "EXEC"), "*-1\r\n") == 0);
+    exec_cl(&r, &c, &out, "WATCH j");
+    kv_watch_touch_all(&r, &r.db, NULL);
+    exec_cl(&r, &c, &out, "MULTI");
+    CHECK(strcmp(exec_cl(&r, &c, &out, "EXEC"), "*0\r\n") == 0);
     kv_client_reset(&r, &c);
     buf_free(&out);
     kv_free(&r);
+}
+
+/* A keyspace replaced (a replica's full resync, kv_watch_touch_all): as
+ * Redis 7's touchAllWatchedKeysInDb, a watch fails for a key in either
+ * keyspace, expired or not, unless no live key was there to see: one
+ * absent or already expired at WATCH that is absent or expired after
+ * holds, as does one in neither. A client per key: a failed watch
+ * fails its client's EXEC whichever key it was. */
+TEST(watch_across_a_replaced_keyspace) {
+    static const struct {
+        const char *key;
+        int before; /* at WATCH: 0 absent, 1 live, 2 expired, 3 live then
+                       expired (still there) */
+        int after;  /* in the new keyspace: 0 absent, 1 live, 2 expired */
+        bool fails;
+    } cases[] = {
+        {"none", 0, 0, false}, {"gone", 1, 0, true},  {"came", 0, 1, true},
+        {"kept", 1, 1, true},  {"dead", 2, 0, false}, {"still", 2, 2, false},
+        {"back", 2, 1, true},  {"late", 0, 2, false}, {"aged", 3, 0, true},
+        {"aged2", 3, 2, true},
+    };
+    enum { N = sizeof cases / sizeof *cases };
+    watch_pair w;
+    watch_open(&w);
+    kv_client c[N];
+    buf o[N];
+    char line[64];
+    for (int i = 0; i < N; i++) {
+        static const char *const ttl[] = {"", "", " PX 100", " PX 200"};
+        if (cases[i].before) {
+            snprintf(line, sizeof line, "SET %s 1%s", cases[i].key,
+                     ttl[cases[i].before]);
+            B(&w, line);
+        }
+    }
+    fixed_now += 101; /* the PX 100 keys expired, not deleted */
+    store with;
+    CHECK_EQ(store_init(&with), 0);
+    for (int i = 0; i < N; i++) {
+        o[i] = (buf){0};
+        kv_client_init(&c[i], NULL, &o[i]);
+        snprintf(line, sizeof line, "WATCH %s", cases[i].key);
+        CHECK(strcmp(exec_cl(&w.k, &c[i], &o[i], line), "+OK\r\n") == 0);
+        const char *key = cases[i].key;
+        if (cases[i].after) {
+            CHECK_EQ(store_set(&with, key, strlen(key), "2", 1), 0);
+            dict_entry *e = store_find(&with, key, strlen(key));
+            if (cases[i].after == 2)
+                CHECK_EQ(store_set_expire(&with, e, fixed_now - 1), 0);
+        }
+    }
+    fixed_now += 100; /* the PX 200 keys expired since WATCH */
+    kv_watch_touch_all(&w.k, &w.k.db, &with);
+    store_free(&w.k.db);
+    w.k.db = with;
+    for (int i = 0; i < N; i++) {
+        exec_cl(&w.k, &c[i], &o[i], "MULTI");
+        const char *got = exec_cl(&w.k, &c[i], &o[i], "EXEC");
+        if (strcmp(got, cases[i].fails ? "*-1\r\n" : "*0\r\n") != 0)
+            fprintf(stderr, "WATCH %s: EXEC answered %s", cases[i].key, got);
+        CHECK(strcmp(got, cases[i].fails ? "*-1\r\n" : "*0\r\n") == 0);
+        kv_client_reset(&w.k, &c[i]);
+        buf_free(&o[i]);
+    }
+    watch_close(&w);
+}
+
+/* FLUSHALL fails the watches of the keys it deletes and no other (Redis
+ * 7's touchAllWatchedKeysInDb with nothing to replace them): not of a
+ * key absent, nor of one already expired at WATCH; of one live at WATCH
+ * and expired since, yes. */
+TEST(watch_and_flushall_of_expired_keys) {
+    static const struct {
+        const char *setup;
+        int64_t wait; /* ms after WATCH */
+        bool fails;
+    } cases[] = {
+        {NULL, 0, false},
+        {"SET k 1", 0, true},
+        {"SET k 1 PX 100", 0, true},
+        {"SET k 1 PX 100", 101, true}, /* live at WATCH */
+        {"SET k 1 PX 1", -1, false},   /* expired at WATCH */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        watch_pair w;
+        watch_open(&w);
+        if (cases[i].setup) B(&w, cases[i].setup);
+        if (cases[i].wait < 0) fixed_now += 2;
+        A(&w, "WATCH k");
+        if (cases[i].wait > 0) fixed_now += cases[i].wait;
+        CHECK(strcmp(B(&w, "FLUSHALL"), "+OK\r\n") == 0);
+        A(&w, "MULTI");
+        CHECK(strcmp(A(&w, "EXEC"), cases[i].fails ? "*-1\r\n" : "*0\r\n") ==
+              0);
+        watch_close(&w);
+    }
 }
 
 /* Watching many keys, and many clients on one key, then each going in

@@ -3220,6 +3220,190 @@ TEST(replica_link_is_down_until_its_snapshot_is_whole) {
     fake_replica_end(loop, &r);
 }
 
+/* ---------------------------------------- WATCH across a full resync */
+
+/* A client of the replica r per key, each WATCHing its own (fds[i]). */
+static void watch_each(lull_loop *loop, server *r, const char *const *keys,
+                       int *fds, int n) {
+    char req[64], got[64];
+    for (int i = 0; i < n; i++) {
+        fds[i] = client_to(loop, r, NULL);
+        snprintf(req, sizeof req, "WATCH %s\r\n", keys[i]);
+        CHECK(strcmp(ask(loop, fds[i], req, got, sizeof got), "+OK\r\n") == 0);
+    }
+}
+
+/* fd's transaction on the key it watches, MULTI GET EXEC: EXEC's reply
+ * in got (a null array when the watch failed it). */
+static const char *exec_get(lull_loop *loop, int fd, const char *key, char *got,
+                            size_t cap) {
+    char req[64];
+    CHECK(strcmp(ask(loop, fd, "MULTI\r\n", got, cap), "+OK\r\n") == 0);
+    snprintf(req, sizeof req, "GET %s\r\n", key);
+    CHECK(strcmp(ask(loop, fd, req, got, cap), "+QUEUED\r\n") == 0);
+    return ask(loop, fd, "EXEC\r\n", got, cap);
+}
+
+/* The test, the replica's primary, hangs up (its end kept for
+ * fake_replica_end to close): the replica reconnects, and waits at
+ * M_SYNC on a new fake_fd. */
+static void fake_primary_hangs_up(lull_loop *loop, server *r) {
+    int before = silent_connects;
+    CHECK_EQ(shutdown(fake_fd, SHUT_RDWR), 0);
+    uint64_t t0 = now_ms();
+    while (silent_connects == before || r->m.state != M_SYNC) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+}
+
+/* A full resync replaces the replica's keyspace with the snapshot's, and
+ * fails the EXEC of a client of its watching a key that was there before
+ * or is there after; a key in neither changed in no way a client could
+ * see, and its watch holds, as redis-server 7's swap of the loaded
+ * keyspace (touchAllWatchedKeysInDb of the old and the new); it
+ * failed every watch. The test is the primary. */
+TEST(full_resync_fails_only_the_watches_of_keys_it_replaced) {
+    snap_full = 0;
+    lull_loop *loop;
+    static server r;
+    fake_replica_synced(&loop, &r, count_syncs);
+    static const char first[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
+        "*3\r\n$3\r\nSET\r\n$4\r\nboth\r\n$1\r\n1\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n2\r\n";
+    send_all(fake_fd, first, sizeof first - 1);
+    uint64_t t0 = now_ms();
+    while (snap_full == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    static const char *const keys[] = {"none", "old", "new", "both"};
+    enum { N = sizeof keys / sizeof *keys };
+    int fds[N];
+    watch_each(loop, &r, keys, fds, N);
+    fake_primary_hangs_up(loop, &r);
+    static const char second[] =
+        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 9000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n"
+        "*3\r\n$3\r\nSET\r\n$4\r\nboth\r\n$1\r\n2\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n2\r\n";
+    send_all(fake_fd, second, sizeof second - 1);
+    while (snap_full == 1) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_U64_EQ(r.kv.offset, 9000);
+    static const char *const want[N] = {"*1\r\n$-1\r\n", "*-1\r\n", "*-1\r\n",
+                                        "*-1\r\n"};
+    char got[64];
+    for (int i = 0; i < N; i++) {
+        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
+        if (strcmp(reply, want[i]) != 0)
+            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
+        CHECK(strcmp(reply, want[i]) == 0);
+        close(fds[i]);
+    }
+    fake_replica_end(loop, &r);
+}
+
+/* The link lost in the middle of a snapshot: the replica keeps its old
+ * keyspace as it was and drops the part of the snapshot it had, so no
+ * watch fails, whatever keys that part held (it failed the watches of
+ * each one, as if they were writes). */
+TEST(snapshot_cut_short_fails_no_watch) {
+    snap_full = 0;
+    lull_loop *loop;
+    static server r;
+    fake_replica_synced(&loop, &r, count_syncs);
+    static const char first[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
+    send_all(fake_fd, first, sizeof first - 1);
+    uint64_t t0 = now_ms();
+    while (snap_full == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    static const char *const keys[] = {"none", "old", "new"};
+    enum { N = sizeof keys / sizeof *keys };
+    int fds[N];
+    watch_each(loop, &r, keys, fds, N);
+    fake_primary_hangs_up(loop, &r);
+    static const char part[] =
+        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 9000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n2\r\n";
+    send_all(fake_fd, part, sizeof part - 1);
+    while (store_count(&r.m.snap_db) < 2) { /* applied, in its keyspace */
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(!r.kv.link_up);
+    fake_primary_hangs_up(loop, &r);
+    CHECK_EQ(snap_full, 1);
+    CHECK_U64_EQ(r.kv.offset, 5000); /* the old keyspace, as it was */
+    static const char *const want[N] = {"*1\r\n$-1\r\n", "*1\r\n$1\r\n1\r\n",
+                                        "*1\r\n$-1\r\n"};
+    char got[64];
+    for (int i = 0; i < N; i++) {
+        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
+        if (strcmp(reply, want[i]) != 0)
+            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
+        CHECK(strcmp(reply, want[i]) == 0);
+        close(fds[i]);
+    }
+    fake_replica_end(loop, &r);
+}
+
+/* A full resync that replays the log from 0 (+FULLRESYNC <replid> 0)
+ * empties the keyspace first: a watch of a key that was there fails, one
+ * of a key that was not holds (the replayed records are writes: a watch
+ * of a key they write fails). */
+TEST(full_replay_from_zero_fails_only_the_watches_of_keys_there) {
+    snap_full = snap_replay = 0;
+    lull_loop *loop;
+    static server r;
+    fake_replica_synced(&loop, &r, count_syncs);
+    static const char first[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
+    send_all(fake_fd, first, sizeof first - 1);
+    uint64_t t0 = now_ms();
+    while (snap_full == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    static const char *const keys[] = {"none", "old", "new"};
+    enum { N = sizeof keys / sizeof *keys };
+    int fds[N];
+    watch_each(loop, &r, keys, fds, N);
+    fake_primary_hangs_up(loop, &r);
+    static const char replay[] =
+        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 0\r\n";
+    static const char rec[] = "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n";
+    send_all(fake_fd, replay, sizeof replay - 1);
+    send_all(fake_fd, rec, sizeof rec - 1);
+    while (r.kv.offset != sizeof rec - 1) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK_EQ(snap_replay, 1);
+    static const char *const want[N] = {"*1\r\n$-1\r\n", "*-1\r\n", "*-1\r\n"};
+    char got[64];
+    for (int i = 0; i < N; i++) {
+        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
+        if (strcmp(reply, want[i]) != 0)
+            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
+        CHECK(strcmp(reply, want[i]) == 0);
+        close(fds[i]);
+    }
+    fake_replica_end(loop, &r);
+}
+
 /* ------------------------------------------- CLIENT KILL and a snapshot */
 
 static int snap_forked;
