@@ -959,6 +959,24 @@ TEST(repl_replica_equals_primary) {
     kv_free(&p);
 }
 
+/* Applies in[0, n) on a new replica as its primary's log, then frees it:
+ * what kv_apply_stream returned, its *err (NULL if it set none; its
+ * errors are in static storage, so they outlive the replica) and the
+ * replica's offset after it. */
+static long apply_to_new_replica(const char *in, size_t n, const char **err,
+                                 uint64_t *offset) {
+    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
+    resp_arg argv[MAX_ARGS];
+    size_t need;
+    kv r;
+    kv_setup(&r, true);
+    *err = NULL;
+    long got = kv_apply_stream(&r, &lim, argv, in, n, err, &need);
+    *offset = r.offset;
+    kv_free(&r);
+    return got;
+}
+
 TEST(repl_malformed_stream) {
     /* A replica refuses what is not a logged write with its arguments:
      * the records before it are applied and counted, then an error. */
@@ -978,19 +996,13 @@ TEST(repl_malformed_stream) {
            "*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n"),
          27}, /* INCR of "v": the two have diverged */
     };
-    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
-    resp_arg argv[MAX_ARGS];
-    size_t need;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        kv r;
-        kv_setup(&r, true);
-        const char *err = NULL;
-        long got = kv_apply_stream(&r, &lim, argv, cases[i].in, cases[i].n,
-                                   &err, &need);
-        if (got != -EPROTO || !err || r.offset != cases[i].good)
+        const char *err;
+        uint64_t offset;
+        long got = apply_to_new_replica(cases[i].in, cases[i].n, &err, &offset);
+        if (got != -EPROTO || !err || offset != cases[i].good)
             check_fail(__FILE__, __LINE__, "case %zu: %ld, offset %llu", i, got,
-                       (unsigned long long)r.offset);
-        kv_free(&r);
+                       (unsigned long long)offset);
     }
 }
 
@@ -1013,19 +1025,13 @@ TEST(repl_refused_record_names_its_command) {
         {S("*1\r\n$40\r\n0123456789012345678901234567890123456789\r\n"),
          "'01234567890123456789012345678901...'"},
     };
-    resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
-    resp_arg argv[MAX_ARGS];
-    size_t need;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        kv r;
-        kv_setup(&r, true);
-        const char *err = NULL;
-        long got = kv_apply_stream(&r, &lim, argv, cases[i].in, cases[i].n,
-                                   &err, &need);
+        const char *err;
+        uint64_t offset;
+        long got = apply_to_new_replica(cases[i].in, cases[i].n, &err, &offset);
         if (got != -EPROTO || !err || !strstr(err, cases[i].named))
             check_fail(__FILE__, __LINE__, "case %zu: %ld, \"%s\"", i, got,
                        err ? err : "(none)");
-        kv_free(&r);
     }
 }
 
@@ -7870,19 +7876,22 @@ TEST(exec_read_of_expired_key_leaves_the_writes_their_room) {
     in_child(exec_read_of_expired_child);
 }
 
+/* The set that SPOP s 10 empties in the EXEC cases: ten members of 37
+ * bytes. */
+static const char sadd_ten_members[] =
+    "SADD s member:number:00000000000000000000001 "
+    "member:number:00000000000000000000002 "
+    "member:number:00000000000000000000003 "
+    "member:number:00000000000000000000004 "
+    "member:number:00000000000000000000005 "
+    "member:number:00000000000000000000006 "
+    "member:number:00000000000000000000007 "
+    "member:number:00000000000000000000008 "
+    "member:number:00000000000000000000009 "
+    "member:number:00000000000000000000010";
+
 static int exec_spop_child(void) {
-    static const char *const setup[] = {
-        "SADD s member:number:00000000000000000000001 "
-        "member:number:00000000000000000000002 "
-        "member:number:00000000000000000000003 "
-        "member:number:00000000000000000000004 "
-        "member:number:00000000000000000000005 "
-        "member:number:00000000000000000000006 "
-        "member:number:00000000000000000000007 "
-        "member:number:00000000000000000000008 "
-        "member:number:00000000000000000000009 "
-        "member:number:00000000000000000000010",
-        "SET x z"};
+    static const char *const setup[] = {sadd_ten_members, "SET x z"};
     static const char *const queued[] = {"SPOP s 10", "SET x y"};
     watch_pair w;
     exec_room_setup(&w, setup, 2, 0, queued, 2);
@@ -7945,17 +7954,7 @@ static int exec_two_expired_reads_child(void) {
 static int exec_spop_and_expired_read_child(void) {
     static char s1[480], g1[480];
     long_key_cmds('a', 360, s1, g1, sizeof s1);
-    const char *setup[] = {"SADD s member:number:00000000000000000000001 "
-                           "member:number:00000000000000000000002 "
-                           "member:number:00000000000000000000003 "
-                           "member:number:00000000000000000000004 "
-                           "member:number:00000000000000000000005 "
-                           "member:number:00000000000000000000006 "
-                           "member:number:00000000000000000000007 "
-                           "member:number:00000000000000000000008 "
-                           "member:number:00000000000000000000009 "
-                           "member:number:00000000000000000000010",
-                           s1, "SET x z"};
+    const char *setup[] = {sadd_ten_members, s1, "SET x z"};
     const char *queued[] = {"SPOP s 10", g1, "SET x y"};
     /* SPOP's copy of its arguments and its chunk */
     exec_extras_run(setup, 3, queued, 2);
@@ -8027,10 +8026,9 @@ TEST(watch_dirty_shows_in_client_flags) {
  * one that was not (watch_across_a_replaced_keyspace has the rule). */
 TEST(watch_on_a_replica) {
     kv r;
-    kv_setup(&r, true);
-    buf out = {0};
+    buf out;
     kv_client c;
-    kv_client_init(&c, NULL, &out);
+    open_kv_with_client(&r, true, &c, &out);
     CHECK(strcmp(exec_cl(&r, &c, &out, "WATCH k"), "+OK\r\n") == 0);
     resp_limits lim = {.max_bulk = 1000, .max_args = MAX_ARGS};
     resp_arg argv[8];
@@ -8050,9 +8048,7 @@ TEST(watch_on_a_replica) {
     kv_watch_touch_all(&r, &r.db, NULL);
     exec_cl(&r, &c, &out, "MULTI");
     CHECK(strcmp(exec_cl(&r, &c, &out, "EXEC"), "*0\r\n") == 0);
-    kv_client_reset(&r, &c);
-    buf_free(&out);
-    kv_free(&r);
+    close_kv_with_client(&r, &c, &out);
 }
 
 /* A keyspace replaced (a replica's full resync, kv_watch_touch_all): as

@@ -1812,27 +1812,44 @@ TEST(replack_past_the_log_end_is_ignored) {
                    40);
 }
 
-/* A replica r on a virtual loop (auto-advancing) whose connects land on
- * silent_net: a primary that takes the connection and never answers. */
-static lull_loop *open_silent_replica(server *r) {
-    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
-                            .flags = LULL_LOOP_AUTO_ADVANCE};
-    lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+/* r (zeroed first), a replica of "pair" on loop, logging through log,
+ * whose connects go through net; not started. Its links count from
+ * silent_fds[0] (silent_connects set to 0). */
+static void open_pair_replica(lull_loop *loop, server *r, const kv_net *net,
+                              void (*log)(server *, const char *)) {
+    memset(r, 0, sizeof *r);
+    silent_connects = 0;
     server_defaults(r);
-    r->log = count_timeouts;
+    r->log = log;
     r->kv.replica = true;
     snprintf(r->m.host, sizeof r->m.host, "pair");
     snprintf(r->m.addr, sizeof r->m.addr, "pair");
-    CHECK_EQ(server_open(r, loop, &silent_net, 1000000000000ll), 0);
-    return loop;
+    CHECK_EQ(server_open(r, loop, net, 1000000000000ll), 0);
 }
 
-static void stop_silent_replica(lull_loop *loop, server *r) {
+/* Ends what open_pair_replica opened: r stopped, its loop run out and r
+ * freed, then the test's ends of its links (silent_fds) closed and the
+ * loop freed. */
+static void end_pair_replica(lull_loop *loop, server *r) {
     server_stop(r);
     for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
         lull_loop_run(loop, LULL_RUN_NOWAIT);
     server_free(r);
+    for (int i = 0; i < silent_connects; i++)
+        close(silent_fds[i]);
+    CHECK_EQ(lull_loop_free(loop), 0);
+}
+
+/* A replica r on a virtual loop (auto-advancing) whose connects land on
+ * silent_net: a primary that takes the connection and never answers. */
+static lull_loop *open_silent_replica(server *r,
+                                      void (*log)(server *, const char *)) {
+    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
+                            .flags = LULL_LOOP_AUTO_ADVANCE};
+    lull_loop *loop;
+    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
+    open_pair_replica(loop, r, &silent_net, log);
+    return loop;
 }
 
 /* A primary that accepted and never answers REPLSYNC (partitioned right
@@ -1841,7 +1858,7 @@ static void stop_silent_replica(lull_loop *loop, server *r) {
  * waiting on the link for ever. Virtual time: the minute passes at once. */
 TEST(replica_gives_up_on_a_primary_that_never_answers) {
     static server r;
-    lull_loop *loop = open_silent_replica(&r);
+    lull_loop *loop = open_silent_replica(&r, count_timeouts);
     server_start(&r);
     while (silent_connects < 2 && lull_loop_now(loop) < 600000000000ull) {
         CHECK(lull_loop_alive(loop)); /* else this would spin */
@@ -1850,10 +1867,7 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
     CHECK_EQ(silent_connects, 2);
     CHECK_EQ(timeout_lines, 1);
     CHECK(lull_loop_now(loop) >= 60000000000ull); /* not before the minute */
-    stop_silent_replica(loop, &r);
-    for (int i = 0; i < silent_connects; i++)
-        close(silent_fds[i]);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    end_pair_replica(loop, &r);
 }
 
 /* A primary whose every answer is malformed (a +FULLRESYNC, then a
@@ -1863,18 +1877,8 @@ TEST(replica_gives_up_on_a_primary_that_never_answers) {
  * sync (a forked snapshot of the primary's keyspace) and a log line.
  * Virtual time: ten seconds pass at once. */
 TEST(replica_backs_off_from_a_primary_that_sends_garbage) {
-    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
-                            .flags = LULL_LOOP_AUTO_ADVANCE};
-    lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
     static server r;
-    server_defaults(&r);
-    r.log = quiet_log;
-    r.kv.replica = true;
-    snprintf(r.m.host, sizeof r.m.host, "pair");
-    snprintf(r.m.addr, sizeof r.m.addr, "pair");
-    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
-    silent_connects = 0;
+    lull_loop *loop = open_silent_replica(&r, quiet_log);
     server_start(&r);
     static const char bad[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 0\r\n"
@@ -1892,10 +1896,7 @@ TEST(replica_backs_off_from_a_primary_that_sends_garbage) {
     if (silent_connects > 8)
         fprintf(stderr, "%d connects in 10 s\n", silent_connects);
     CHECK(silent_connects >= 5 && silent_connects <= 8);
-    stop_silent_replica(loop, &r);
-    for (int i = 0; i < silent_connects; i++)
-        close(silent_fds[i]);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    end_pair_replica(loop, &r);
 }
 
 /* Connects in 10 virtual seconds to a primary that answers the first
@@ -1903,19 +1904,8 @@ TEST(replica_backs_off_from_a_primary_that_sends_garbage) {
  * and then closes its end (EOF), the link up for no time. */
 static int connects_to_a_primary_that_hangs_up(const char *first,
                                                const char *answer) {
-    lull_loop_options lo = {.clock = LULL_CLOCK_VIRTUAL,
-                            .flags = LULL_LOOP_AUTO_ADVANCE};
-    lull_loop *loop;
-    CHECK_EQ(lull_loop_new(&loop, &lo), 0);
     static server r;
-    memset(&r, 0, sizeof r);
-    server_defaults(&r);
-    r.log = quiet_log;
-    r.kv.replica = true;
-    snprintf(r.m.host, sizeof r.m.host, "pair");
-    snprintf(r.m.addr, sizeof r.m.addr, "pair");
-    CHECK_EQ(server_open(&r, loop, &silent_net, 1000000000000ll), 0);
-    silent_connects = 0;
+    lull_loop *loop = open_silent_replica(&r, quiet_log);
     server_start(&r);
     int answered = 0, ups = 0;
     while (lull_loop_now(loop) < 10000000000ull && silent_connects < 256) {
@@ -1933,10 +1923,7 @@ static int connects_to_a_primary_that_hangs_up(const char *first,
     CHECK(ups > 0); /* the handshake was taken each time */
     int n = silent_connects;
     if (n > 8) fprintf(stderr, "%d connects in 10 s\n", n);
-    stop_silent_replica(loop, &r);
-    for (int i = 0; i < n; i++)
-        close(silent_fds[i]);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    end_pair_replica(loop, &r);
     return n;
 }
 
@@ -1984,8 +1971,8 @@ static void minutes_fired(lull_timer *t) {
  * Virtual time: ten minutes pass at once. */
 TEST(replica_waits_for_the_offset_once_fullresync_began) {
     static server r;
-    lull_loop *loop = open_silent_replica(&r);
-    silent_connects = timeout_lines = 0;
+    lull_loop *loop = open_silent_replica(&r, count_timeouts);
+    timeout_lines = 0;
     server_start(&r);
     while (r.m.state != M_SYNC)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
@@ -2008,9 +1995,7 @@ TEST(replica_waits_for_the_offset_once_fullresync_began) {
     while (r.m.state == M_SYNC)
         CHECK_EQ(lull_loop_run(loop, LULL_RUN_ONCE), 0);
     CHECK_EQ(r.m.state, M_UP);
-    stop_silent_replica(loop, &r);
-    close(silent_fds[0]);
-    CHECK_EQ(lull_loop_free(loop), 0);
+    end_pair_replica(loop, &r);
 }
 
 /* ------------------------------------------- full resync by snapshot */
@@ -2834,30 +2819,27 @@ static const kv_net fake_net = {
     pair_read_stop, pair_read_start, pair_shutdown, pair_peer, fake_connect,
     NULL,           pair_fd,         NULL,          NULL,      NULL};
 
-/* A replica on fake_net, its link to the test (fake_fd) at M_SYNC: the
- * test plays its primary. */
-static void fake_replica_synced(lull_loop **loop, server *r,
-                                void (*log)(server *, const char *)) {
+/* A replica on fake_net (open_pair_replica: r zeroed first), its link to
+ * the test (fake_fd) at M_SYNC, then answer[0, n) sent on it: the test
+ * plays its primary. */
+static void fake_replica_answered(lull_loop **loop, server *r,
+                                  void (*log)(server *, const char *),
+                                  const char *answer, size_t n) {
     CHECK_EQ(lull_loop_new(loop, NULL), 0);
-    server_defaults(r);
-    r->log = log;
-    r->kv.replica = true;
-    snprintf(r->m.host, sizeof r->m.host, "pair");
-    snprintf(r->m.addr, sizeof r->m.addr, "pair");
-    CHECK_EQ(server_open(r, *loop, &fake_net, 1000000000000ll), 0);
+    open_pair_replica(*loop, r, &fake_net, log);
     server_start(r);
     while (r->m.state != M_SYNC)
         lull_loop_run(*loop, LULL_RUN_ONCE);
+    send_all(fake_fd, answer, n);
 }
 
-static void fake_replica_end(lull_loop *loop, server *r) {
-    server_stop(r);
-    for (int i = 0; i < 100 && lull_loop_alive(loop); i++)
-        lull_loop_run(loop, LULL_RUN_NOWAIT);
-    server_free(r);
-    for (int i = 0; i < silent_connects; i++)
-        close(silent_fds[i]);
-    CHECK_EQ(lull_loop_free(loop), 0);
+/* end_pair_replica for a replica that closed its link: what it sent there
+ * (its REPLSYNC) read first, to the EOF. */
+static void fake_replica_end_at_eof(lull_loop *loop, server *r) {
+    char tmp[256];
+    while (read(fake_fd, tmp, sizeof tmp) > 0) {
+    }
+    end_pair_replica(loop, r);
 }
 
 static int malformed_lines;
@@ -2880,17 +2862,15 @@ TEST(replica_refuses_a_snapshot_in_another_format_at_once) {
         "SET a b",
     };
     for (size_t i = 0; i < sizeof snaps / sizeof *snaps; i++) {
-        lull_loop *loop;
-        static server r;
-        memset(&r, 0, sizeof r);
-        silent_connects = malformed_lines = 0;
-        fake_replica_synced(&loop, &r, count_malformed);
         char all[256];
         int n = snprintf(all, sizeof all,
                          "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc"
                          " 5000\r\n%s",
                          snaps[i]);
-        send_all(fake_fd, all, (size_t)n);
+        lull_loop *loop;
+        static server r;
+        malformed_lines = 0;
+        fake_replica_answered(&loop, &r, count_malformed, all, (size_t)n);
         /* Every byte sent is read in a few turns. */
         for (int t = 0; t < 100 && malformed_lines == 0; t++)
             lull_loop_run(loop, LULL_RUN_NOWAIT);
@@ -2898,25 +2878,21 @@ TEST(replica_refuses_a_snapshot_in_another_format_at_once) {
             fprintf(stderr, "snapshot %zu: still waiting\n", i);
         CHECK_EQ(malformed_lines, 1);
         CHECK(r.m.state != M_UP);
-        char tmp[256];
-        while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
-        }
-        fake_replica_end(loop, &r);
+        fake_replica_end_at_eof(loop, &r);
     }
 }
 
 TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
-    snap_marker = 0;
-    lull_loop *loop;
-    static server r;
-    fake_replica_synced(&loop, &r, count_syncs);
     static const char snap[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$2\r\na\0\r\n$1\r\nb\r\n"
         "*3\r\n$3\r\nSET\r\n$1\r\nc\r\n$1\r\nd\r\n"
         "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n3\r\n"
         "*2\r\n$3\r\nDEL\r\n$1\r\nc\r\n";
-    send_all(fake_fd, snap, sizeof snap - 1);
+    snap_marker = 0;
+    lull_loop *loop;
+    static server r;
+    fake_replica_answered(&loop, &r, count_syncs, snap, sizeof snap - 1);
     uint64_t t0 = now_ms();
     while (snap_marker == 0) {
         CHECK(now_ms() - t0 < 20000);
@@ -2925,10 +2901,7 @@ TEST(replica_refuses_a_snapshot_whose_end_marker_does_not_match) {
     CHECK(r.m.state != M_UP);
     CHECK(r.m.replid[0] == 0);
     CHECK_U64_EQ(r.kv.offset, 0);
-    char tmp[256];
-    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* the REPLSYNC, then EOF */
-    }
-    fake_replica_end(loop, &r);
+    fake_replica_end_at_eof(loop, &r);
 }
 
 /* A hostile primary's +FULLRESYNC offset that is no offset: past 2^63
@@ -2943,14 +2916,12 @@ static void count_bad_offsets(server *srv, const char *line) {
 }
 
 static void refused_offset(const char *fmt, const char *off) {
-    lull_loop *loop;
-    static server r;
-    memset(&r, 0, sizeof r);
-    bad_offsets = silent_connects = 0;
-    fake_replica_synced(&loop, &r, count_bad_offsets);
     char line[200];
     int n = snprintf(line, sizeof line, fmt, off);
-    send_all(fake_fd, line, (size_t)n);
+    lull_loop *loop;
+    static server r;
+    bad_offsets = 0;
+    fake_replica_answered(&loop, &r, count_bad_offsets, line, (size_t)n);
     uint64_t t0 = now_ms();
     while (bad_offsets == 0 && r.m.state != M_UP) {
         CHECK(now_ms() - t0 < 20000);
@@ -2966,10 +2937,7 @@ static void refused_offset(const char *fmt, const char *off) {
     CHECK(r.m.state != M_UP);
     CHECK(r.m.replid[0] == 0);
     CHECK_U64_EQ(r.kv.offset, 0);
-    char tmp[256];
-    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
-    }
-    fake_replica_end(loop, &r);
+    fake_replica_end_at_eof(loop, &r);
 }
 
 TEST(replica_refuses_a_fullresync_offset_that_wraps) {
@@ -3026,17 +2994,15 @@ TEST(replica_refuses_a_continue_when_it_asked_with_no_history) {
  * The link closes with a line; returns the replica's "n". */
 static bool torn_kept; /* the last one's replica kept its replid */
 static long long torn_transaction(const char *before, const char *txn) {
-    lull_loop *loop;
-    static server r;
-    memset(&r, 0, sizeof r);
-    silent_connects = malformed_lines = 0;
-    fake_replica_synced(&loop, &r, count_malformed);
     char all[512];
     int n = snprintf(all, sizeof all,
                      "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
                      "0\r\n%s%s",
                      before, txn);
-    send_all(fake_fd, all, (size_t)n);
+    lull_loop *loop;
+    static server r;
+    malformed_lines = 0;
+    fake_replica_answered(&loop, &r, count_malformed, all, (size_t)n);
     uint64_t t0 = now_ms();
     while (malformed_lines == 0) {
         CHECK(now_ms() - t0 < 20000);
@@ -3054,10 +3020,7 @@ static long long torn_transaction(const char *before, const char *txn) {
         v = atoll(strchr(out.p, '\n') + 1);
     buf_free(&out);
     bool kept = torn_kept = r.m.replid[0] != 0;
-    char tmp[256];
-    while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
-    }
-    fake_replica_end(loop, &r);
+    fake_replica_end_at_eof(loop, &r);
     /* Either none of the transaction is applied and the replica may
      * continue from its MULTI, or its keyspace is at no offset of that
      * history and the next sync must be a full one. */
@@ -3119,17 +3082,15 @@ TEST(replica_refuses_a_fullresync_with_its_replid_out_of_place) {
 TEST(replica_reserves_no_announced_bulk_up_front) {
     static const char *const lens[] = {"100000000", "1000000000"};
     for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
-        lull_loop *loop;
-        static server r;
-        memset(&r, 0, sizeof r);
-        silent_connects = snap_failed = 0;
-        fake_replica_synced(&loop, &r, count_syncs);
         char head[200];
         int n = snprintf(head, sizeof head,
                          "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc "
                          "7\r\n*3\r\n$3\r\nSET\r\n$1\r\nk\r\n$%s\r\nxx",
                          lens[i]);
-        send_all(fake_fd, head, (size_t)n);
+        lull_loop *loop;
+        static server r;
+        snap_failed = 0;
+        fake_replica_answered(&loop, &r, count_syncs, head, (size_t)n);
         while (r.m.state != M_UP)
             lull_loop_run(loop, LULL_RUN_ONCE);
         static char more[65536];
@@ -3142,7 +3103,7 @@ TEST(replica_reserves_no_announced_bulk_up_front) {
         CHECK_EQ(r.m.state, M_UP);
         CHECK(r.m.in.len > 65536);
         CHECK(r.m.in.cap < ((size_t)8 << 20));
-        fake_replica_end(loop, &r);
+        end_pair_replica(loop, &r);
     }
 }
 
@@ -3166,20 +3127,16 @@ TEST(replica_refuses_a_bulk_longer_than_memory) {
     for (size_t i = 0; i < sizeof heads / sizeof *heads; i++) {
         lull_loop *loop;
         static server r;
-        memset(&r, 0, sizeof r);
-        silent_connects = bad_bulks = 0;
-        fake_replica_synced(&loop, &r, count_bad_bulks);
-        send_all(fake_fd, heads[i], strlen(heads[i]));
+        bad_bulks = 0;
+        fake_replica_answered(&loop, &r, count_bad_bulks, heads[i],
+                              strlen(heads[i]));
         uint64_t t0 = now_ms();
         while (bad_bulks == 0 && now_ms() - t0 < 2000)
             lull_loop_run(loop, LULL_RUN_NOWAIT);
         CHECK_EQ(bad_bulks, 1);
         CHECK(r.m.state != M_UP);
         CHECK_U64_EQ(r.kv.offset, 0);
-        char tmp[256];
-        while (read(fake_fd, tmp, sizeof tmp) > 0) { /* REPLSYNC, then EOF */
-        }
-        fake_replica_end(loop, &r);
+        fake_replica_end_at_eof(loop, &r);
     }
 }
 
@@ -3195,14 +3152,13 @@ static void count_begun(server *srv, const char *line) {
 }
 
 TEST(replica_link_is_down_until_its_snapshot_is_whole) {
-    snap_full = snap_begun = 0;
-    lull_loop *loop;
-    static server r;
-    fake_replica_synced(&loop, &r, count_begun);
     static const char head[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$1\r\nb\r\n";
-    send_all(fake_fd, head, sizeof head - 1);
+    snap_full = snap_begun = 0;
+    lull_loop *loop;
+    static server r;
+    fake_replica_answered(&loop, &r, count_begun, head, sizeof head - 1);
     uint64_t t0 = now_ms();
     while (snap_begun == 0) {
         CHECK(now_ms() - t0 < 20000);
@@ -3217,7 +3173,7 @@ TEST(replica_link_is_down_until_its_snapshot_is_whole) {
     }
     CHECK(r.kv.link_up);
     CHECK_U64_EQ(r.kv.offset, 5000);
-    fake_replica_end(loop, &r);
+    end_pair_replica(loop, &r);
 }
 
 /* ---------------------------------------- WATCH across a full resync */
@@ -3245,7 +3201,7 @@ static const char *exec_get(lull_loop *loop, int fd, const char *key, char *got,
 }
 
 /* The test, the replica's primary, hangs up (its end kept for
- * fake_replica_end to close): the replica reconnects, and waits at
+ * end_pair_replica to close): the replica reconnects, and waits at
  * M_SYNC on a new fake_fd. */
 static void fake_primary_hangs_up(lull_loop *loop, server *r) {
     int before = silent_connects;
@@ -3267,13 +3223,12 @@ TEST(full_resync_fails_only_the_watches_of_keys_it_replaced) {
     snap_full = 0;
     lull_loop *loop;
     static server r;
-    fake_replica_synced(&loop, &r, count_syncs);
     static const char first[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
         "*3\r\n$3\r\nSET\r\n$4\r\nboth\r\n$1\r\n1\r\n"
         "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n2\r\n";
-    send_all(fake_fd, first, sizeof first - 1);
+    fake_replica_answered(&loop, &r, count_syncs, first, sizeof first - 1);
     uint64_t t0 = now_ms();
     while (snap_full == 0) {
         CHECK(now_ms() - t0 < 20000);
@@ -3305,7 +3260,7 @@ TEST(full_resync_fails_only_the_watches_of_keys_it_replaced) {
         CHECK(strcmp(reply, want[i]) == 0);
         close(fds[i]);
     }
-    fake_replica_end(loop, &r);
+    end_pair_replica(loop, &r);
 }
 
 /* The link lost in the middle of a snapshot: the replica keeps its old
@@ -3316,12 +3271,11 @@ TEST(snapshot_cut_short_fails_no_watch) {
     snap_full = 0;
     lull_loop *loop;
     static server r;
-    fake_replica_synced(&loop, &r, count_syncs);
     static const char first[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
         "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
-    send_all(fake_fd, first, sizeof first - 1);
+    fake_replica_answered(&loop, &r, count_syncs, first, sizeof first - 1);
     uint64_t t0 = now_ms();
     while (snap_full == 0) {
         CHECK(now_ms() - t0 < 20000);
@@ -3355,7 +3309,7 @@ TEST(snapshot_cut_short_fails_no_watch) {
         CHECK(strcmp(reply, want[i]) == 0);
         close(fds[i]);
     }
-    fake_replica_end(loop, &r);
+    end_pair_replica(loop, &r);
 }
 
 /* A full resync that replays the log from 0 (+FULLRESYNC <replid> 0)
@@ -3366,12 +3320,11 @@ TEST(full_replay_from_zero_fails_only_the_watches_of_keys_there) {
     snap_full = snap_replay = 0;
     lull_loop *loop;
     static server r;
-    fake_replica_synced(&loop, &r, count_syncs);
     static const char first[] =
         "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
         "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
         "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
-    send_all(fake_fd, first, sizeof first - 1);
+    fake_replica_answered(&loop, &r, count_syncs, first, sizeof first - 1);
     uint64_t t0 = now_ms();
     while (snap_full == 0) {
         CHECK(now_ms() - t0 < 20000);
@@ -3401,7 +3354,7 @@ TEST(full_replay_from_zero_fails_only_the_watches_of_keys_there) {
         CHECK(strcmp(reply, want[i]) == 0);
         close(fds[i]);
     }
-    fake_replica_end(loop, &r);
+    end_pair_replica(loop, &r);
 }
 
 /* ------------------------------------------- CLIENT KILL and a snapshot */

@@ -340,21 +340,29 @@ TEST(walk_inside_a_callback_sees_a_repeat_armed_again) {
     CHECK_EQ(lull_loop_free(loop), 0);
 }
 
-/* A paused stream holds an fd and no started watcher: lull_loop_free is
- * -EBUSY for it, and lull_loop_print_live must say why. */
-/* lull_loop_print_live's text (echoed to stderr) holds want. */
-static void live_says(lull_loop *loop, const char *want) {
+/* lull_loop_print_live's text, echoed to stderr for the reader of a
+ * failure, and the caller's to free; it must have counted `entries`. */
+static char *live_text(lull_loop *loop, int entries) {
     char *text = NULL;
     size_t len = 0;
     FILE *out = open_memstream(&text, &len);
     CHECK(out != NULL);
-    CHECK_EQ(lull_loop_print_live(loop, out), 0);
+    int n = lull_loop_print_live(loop, out);
     CHECK_EQ(fclose(out), 0);
     fputs(text, stderr);
+    CHECK_EQ(n, entries);
+    return text;
+}
+
+/* lull_loop_print_live counts `entries`, and its text holds want. */
+static void live_says(lull_loop *loop, int entries, const char *want) {
+    char *text = live_text(loop, entries);
     CHECK(strstr(text, want) != NULL);
     free(text);
 }
 
+/* A paused stream holds an fd and no started watcher: lull_loop_free is
+ * -EBUSY for it, and lull_loop_print_live must say why. */
 TEST(print_live_counts_an_idle_open_stream) {
     lull_loop *loop = new_loop();
     int sv[2];
@@ -364,7 +372,7 @@ TEST(print_live_counts_an_idle_open_stream) {
     CHECK_EQ(lull_endpoint_read_stop(&s.ep), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    live_says(loop, "1 stream, server or udp handle open");
+    live_says(loop, 0, "1 stream, server or udp handle open");
     CHECK_EQ(lull_endpoint_close(&s.ep, 0), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     close(sv[1]);
@@ -389,7 +397,7 @@ TEST(print_live_counts_an_idle_bound_udp) {
     CHECK_EQ(lull_udp_bind(&u, NULL, 0, 0), 0);
     CHECK_EQ(lull_loop_settle(loop), 0);
     CHECK_EQ(lull_loop_free(loop), -EBUSY);
-    live_says(loop, "1 stream, server or udp handle open");
+    live_says(loop, 0, "1 stream, server or udp handle open");
     CHECK_EQ(lull_udp_close(&u, on_udp_closed), 0);
     CHECK_EQ(lull_loop_settle(loop), 1);
     CHECK_EQ(lull_loop_free(loop), 0);
@@ -408,13 +416,7 @@ TEST(print_live_lists_what_keeps_free_busy) {
     lull_task_post_remote(loop, &remote);
     lull_loop_ref(loop);
 
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    CHECK(out != NULL);
-    CHECK_EQ(lull_loop_print_live(loop, out), 2);
-    CHECK_EQ(fclose(out), 0);
-    fputs(text, stderr); /* for the reader of a failure */
+    char *text = live_text(loop, 2);
     CHECK(strstr(text, "2 live handle entries, 1 reference held") != NULL);
     CHECK(strstr(text, "session.idle-timeout") != NULL);
     CHECK(strstr(text, "due in 5000 ns  unref") != NULL);
@@ -507,13 +509,7 @@ TEST(print_live_names_lulls_own_handles) {
     CHECK_EQ(lull_loopback_pair(loop, &a, &b, NULL), 0);
     CHECK_EQ(lull_endpoint_send_copy(&a.ep, "x", 1), 0);
 
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    CHECK(out != NULL);
-    CHECK_EQ(lull_loop_print_live(loop, out), 3);
-    CHECK_EQ(fclose(out), 0);
-    fputs(text, stderr);
+    char *text = live_text(loop, 3);
     char want[128];
     snprintf(want, sizeof want, "lull_stream fd of lull_stream %p", (void *)&s);
     CHECK(strstr(text, want) != NULL);
@@ -611,15 +607,7 @@ TEST(print_live_of_one_entry) {
     lull_timer t;
     lull_timer_init(loop, &t, on_timer);
     lull_timer_start(&t, 5000, 0);
-    char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    CHECK(out != NULL);
-    CHECK_EQ(lull_loop_print_live(loop, out), 1);
-    CHECK_EQ(fclose(out), 0);
-    fputs(text, stderr); /* for the reader of a failure */
-    CHECK(strstr(text, "1 live handle entry, 0 references held") != NULL);
-    free(text);
+    live_says(loop, 1, "1 live handle entry, 0 references held");
     lull_timer_stop(&t);
     CHECK_EQ(lull_loop_free(loop), 0);
 }

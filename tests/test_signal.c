@@ -218,6 +218,18 @@ static void stopper(lull_signal *s, int signum) {
     CHECK_EQ(lull_signal_stop(s), 0);
 }
 
+/* One SIGUSR1 raised and run until a's handler was called, with victim
+ * for it to stop (g_victim) and late to start (g_late; late's handler,
+ * `seen`, set here). */
+static void deliver_to_a_stopping(lull_loop *loop, watcher *a, watcher *victim,
+                                  watcher *late) {
+    CHECK_EQ(lull_signal_init(loop, &late->sig, seen), 0);
+    g_victim = victim;
+    g_late = late;
+    CHECK_EQ(raise(SIGUSR1), 0);
+    run_until(loop, &a->calls, 1);
+}
+
 TEST(handles_changed_inside_a_delivery) {
     lull_loop *loop = new_loop();
     watcher a = {.id = 1}, b = {0}, late = {0};
@@ -225,11 +237,7 @@ TEST(handles_changed_inside_a_delivery) {
     CHECK_EQ(lull_signal_start(&a.sig, SIGUSR1), 0);
     watch(loop, &b, 2, SIGUSR1);
     late.id = 3;
-    CHECK_EQ(lull_signal_init(loop, &late.sig, seen), 0);
-    g_victim = &b;
-    g_late = &late;
-    CHECK_EQ(raise(SIGUSR1), 0);
-    run_until(loop, &a.calls, 1);
+    deliver_to_a_stopping(loop, &a, &b, &late);
     CHECK_EQ(b.calls, 0);
     CHECK_EQ(late.calls, 0);
     g_victim = g_late = NULL;
@@ -893,11 +901,7 @@ TEST(delivery_walks_past_a_handle_stopped_in_it_to_the_ones_behind) {
     CHECK_EQ(lull_signal_start(&a.sig, SIGUSR1), 0);
     watch(loop, &b, 2, SIGUSR1);
     watch(loop, &c, 3, SIGUSR1);
-    CHECK_EQ(lull_signal_init(loop, &late.sig, seen), 0);
-    g_victim = &b;
-    g_late = &late;
-    CHECK_EQ(raise(SIGUSR1), 0);
-    run_until(loop, &a.calls, 1);
+    deliver_to_a_stopping(loop, &a, &b, &late);
     CHECK_EQ(b.calls, 0);
     CHECK_EQ(c.calls, 1);
     CHECK_EQ(late.calls, 0);

@@ -167,6 +167,19 @@ static lull_loop *loop_with_raw_term(pty *p, struct termios *before, term *k) {
     return loop;
 }
 
+/* A loop and a pty whose master k holds: the shared description, which
+ * k makes non-blocking while it holds it. *fl: the master's flags before
+ * k, blocking. */
+static lull_loop *loop_with_master_term(pty *p, int *fl, term *k) {
+    lull_loop *loop = new_loop();
+    *p = pty_open();
+    *fl = fcntl(p->master, F_GETFL);
+    CHECK(!(*fl & O_NONBLOCK));
+    term_init(loop, k, p->master);
+    CHECK(fcntl(p->master, F_GETFL) & O_NONBLOCK);
+    return loop;
+}
+
 /* Reads from fd until `want` bytes came or 10 s passed. */
 static size_t read_some(int fd, char *buf, size_t want) {
     size_t got = 0;
@@ -523,13 +536,10 @@ TEST(caller_fd_stays_blocking) {
  * pty): the tty uses the shared description, non-blocking while open,
  * and gives its flags back on close and in lull_tty_reset_mode. */
 TEST(master_fd_falls_back_and_gives_flags_back) {
-    lull_loop *loop = new_loop();
-    pty p = pty_open();
-    int fl = fcntl(p.master, F_GETFL);
-    CHECK(!(fl & O_NONBLOCK));
+    pty p;
+    int fl;
     term k;
-    term_init(loop, &k, p.master);
-    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    lull_loop *loop = loop_with_master_term(&p, &fl, &k);
     /* Still the same pty: bytes reach the slave. */
     CHECK_EQ(lull_endpoint_send_copy(&k.t.stream.ep, "m", 1), 0);
     CHECK_EQ(lull_loop_run(loop, LULL_RUN_NOWAIT), 0);
@@ -1173,16 +1183,16 @@ TEST(close_in_a_forked_child_leaves_the_parents_terminal) {
 }
 
 /* A forked child opens a tty of its own on the description its parent's
- * tty holds non-blocking, and closes it: the parent's stream still needs
- * the flag. The parent's entry in the child's copy of the reset table
- * is the parent's, not the child's to take flags from. */
-TEST(tty_of_a_forked_child_on_the_parents_description_leaves_its_flags) {
-    lull_loop *loop = new_loop();
-    pty p = pty_open();
-    int fl = fcntl(p.master, F_GETFL);
+ * tty k holds non-blocking (a pty's master) and runs `step` on it (a
+ * non-zero return: the child's exit status). The child exits 0 when the
+ * description is non-blocking still; the parent's k gives the flags from
+ * before it back at its close. */
+static void childs_tty_beside_the_parents(int (*step)(lull_loop *own,
+                                                      term *c)) {
+    pty p;
+    int fl;
     term k;
-    term_init(loop, &k, p.master);
-    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
+    lull_loop *loop = loop_with_master_term(&p, &fl, &k);
     fflush(NULL);
     pid_t pid = fork();
     CHECK(pid >= 0);
@@ -1192,11 +1202,8 @@ TEST(tty_of_a_forked_child_on_the_parents_description_leaves_its_flags) {
         static term c;
         memset(&c, 0, sizeof c);
         if (lull_tty_init(own, &c.t, p.master, NULL) != 0) _exit(3);
-        lull_endpoint_set_callbacks(&c.t.stream.ep, term_frame, NULL,
-                                    term_close);
-        if (lull_tty_close(&c.t) != 0) _exit(4);
-        while (c.closes == 0)
-            if (lull_loop_run(own, LULL_RUN_ONCE) != 0) _exit(5);
+        int rc = step(own, &c);
+        if (rc != 0) _exit(rc);
         _exit(fcntl(p.master, F_GETFL) & O_NONBLOCK ? 0 : 6);
     }
     int status = 0;
@@ -1207,6 +1214,23 @@ TEST(tty_of_a_forked_child_on_the_parents_description_leaves_its_flags) {
     term_close_and_wait(loop, &k);
     CHECK_EQ(fcntl(p.master, F_GETFL), fl);
     finish(loop, &p);
+}
+
+/* The child's tty closed, and its close callback run. */
+static int close_childs_tty(lull_loop *own, term *c) {
+    lull_endpoint_set_callbacks(&c->t.stream.ep, term_frame, NULL, term_close);
+    if (lull_tty_close(&c->t) != 0) return 4;
+    while (c->closes == 0)
+        if (lull_loop_run(own, LULL_RUN_ONCE) != 0) return 5;
+    return 0;
+}
+
+/* A forked child opens a tty of its own on the description its parent's
+ * tty holds non-blocking, and closes it: the parent's stream still needs
+ * the flag. The parent's entry in the child's copy of the reset table
+ * is the parent's, not the child's to take flags from. */
+TEST(tty_of_a_forked_child_on_the_parents_description_leaves_its_flags) {
+    childs_tty_beside_the_parents(close_childs_tty);
 }
 
 /* A forked child takes a tty it inherited in NORMAL out of NORMAL itself:
@@ -1425,37 +1449,18 @@ TEST(second_tty_saves_the_mode_the_program_set_since_the_first) {
     finish(loop, &p);
 }
 
+/* The child's lull_tty_reset_mode, as its atexit or crash handler runs it. */
+static int reset_mode_in_the_child(lull_loop *own, term *c) {
+    (void)own, (void)c;
+    lull_tty_reset_mode();
+    return 0;
+}
+
 /* A forked child's tty on the description its parent's tty holds
  * non-blocking, and the child's lull_tty_reset_mode (an atexit or crash
  * handler): the flags it gives back are the description's when the child
  * opened its tty, not the parent's from before lull (the parent's entry
  * is the parent's), so the parent's stream keeps O_NONBLOCK. */
 TEST(reset_mode_in_a_forked_childs_tty_leaves_the_parents_flags) {
-    lull_loop *loop = new_loop();
-    pty p = pty_open();
-    int fl = fcntl(p.master, F_GETFL);
-    CHECK(!(fl & O_NONBLOCK));
-    term k;
-    term_init(loop, &k, p.master);
-    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
-    fflush(NULL);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        lull_loop *own = NULL;
-        if (lull_loop_new(&own, NULL) != 0) _exit(2);
-        static term c;
-        memset(&c, 0, sizeof c);
-        if (lull_tty_init(own, &c.t, p.master, NULL) != 0) _exit(3);
-        lull_tty_reset_mode();
-        _exit(fcntl(p.master, F_GETFL) & O_NONBLOCK ? 0 : 6);
-    }
-    int status = 0;
-    CHECK_EQ(waitpid(pid, &status, 0), pid);
-    CHECK(WIFEXITED(status));
-    CHECK_EQ(WEXITSTATUS(status), 0);
-    CHECK(fcntl(p.master, F_GETFL) & O_NONBLOCK);
-    term_close_and_wait(loop, &k);
-    CHECK_EQ(fcntl(p.master, F_GETFL), fl);
-    finish(loop, &p);
+    childs_tty_beside_the_parents(reset_mode_in_the_child);
 }
