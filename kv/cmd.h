@@ -181,8 +181,9 @@ struct kv {
     bool applying;
     /* A snapshot's record running (link.c), into a keyspace of the
      * link's, not k->db's: no client saw its writes, so they touch no
-     * watch (as Redis' loading of an RDB); kv_watch_touch_all compares
-     * the keyspaces once the snapshot replaces the old one. */
+     * watch, a FLUSHALL's neither (as Redis' loading of an RDB);
+     * kv_watch_touch_all compares the keyspaces once the snapshot
+     * replaces the old one. */
     bool loading;
     /* EXEC running: the first write logs MULTI before it, and EXEC ends
      * the run, so a replica applies the transaction as a unit. */

@@ -265,9 +265,11 @@ static void touch_replaced(kv *k, const store *emptied, const store *with) {
     while (cursor);
 }
 
-/* A flush deletes every key there: as the DEL of each (touch). */
+/* A flush deletes every key there: as the DEL of each (touch). Not one
+ * in a snapshot's records (kv.loading): its keyspace is not the one the
+ * clients see. */
 void kv_watch_touch_present(kv *k) {
-    touch_replaced(k, &k->db, NULL);
+    if (!k->loading) touch_replaced(k, &k->db, NULL);
 }
 
 void kv_watch_touch_all(kv *k, const store *emptied, const store *with) {

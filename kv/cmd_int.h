@@ -65,9 +65,9 @@ bool kv_queue(kv_client *cl, const resp_arg *a, size_t argc);
  * watches gone. */
 void kv_discard(kv *k, kv_client *cl);
 /* WATCH's side of a write: the keys record a[0..argc) names (as kv_log
- * is given it) are written (none while a snapshot loads: kv.loading);
- * every watched key that is there is (a flush: kv_watch_touch_all's rule
- * with nothing to replace the keyspace, as Redis' FLUSHALL). */
+ * is given it) are written; every watched key that is there is (a flush:
+ * kv_watch_touch_all's rule with nothing to replace the keyspace, as
+ * Redis' FLUSHALL). Neither while a snapshot loads (kv.loading). */
 void kv_watch_touch_record(kv *k, const resp_arg *a, size_t argc);
 void kv_watch_touch_present(kv *k);
 /* A write that changed nothing, so logs nothing, yet is one to WATCH in

@@ -3263,11 +3263,11 @@ TEST(full_resync_fails_only_the_watches_of_keys_it_replaced) {
     end_pair_replica(loop, &r);
 }
 
-/* The link lost in the middle of a snapshot: the replica keeps its old
+/* The link lost in the middle of a snapshot, after part[0, n) of it
+ * came (records ending with a SET of `last`): the replica keeps its old
  * keyspace as it was and drops the part of the snapshot it had, so no
- * watch fails, whatever keys that part held (it failed the watches of
- * each one, as if they were writes). */
-TEST(snapshot_cut_short_fails_no_watch) {
+ * watch fails, whatever keys that part held or its records did. */
+static void snapshot_cut_short(const char *part, size_t n, const char *last) {
     snap_full = 0;
     lull_loop *loop;
     static server r;
@@ -3286,12 +3286,9 @@ TEST(snapshot_cut_short_fails_no_watch) {
     int fds[N];
     watch_each(loop, &r, keys, fds, N);
     fake_primary_hangs_up(loop, &r);
-    static const char part[] =
-        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 9000\r\n"
-        "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n"
-        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n2\r\n";
-    send_all(fake_fd, part, sizeof part - 1);
-    while (store_count(&r.m.snap_db) < 2) { /* applied, in its keyspace */
+    send_all(fake_fd, part, n);
+    /* applied, in its keyspace */
+    while (!store_find(&r.m.snap_db, last, strlen(last))) {
         CHECK(now_ms() - t0 < 20000);
         lull_loop_run(loop, LULL_RUN_ONCE);
     }
@@ -3310,6 +3307,30 @@ TEST(snapshot_cut_short_fails_no_watch) {
         close(fds[i]);
     }
     end_pair_replica(loop, &r);
+}
+
+/* The part taken SETs a key watched in the old keyspace and one that was
+ * not there (its records failed their watches, as if they were writes). */
+TEST(snapshot_cut_short_fails_no_watch) {
+    static const char part[] =
+        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 9000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n2\r\n";
+    snapshot_cut_short(part, sizeof part - 1, "old");
+}
+
+/* A FLUSHALL among a snapshot's records (a primary's snapshot need not be
+ * lull-kv's own) empties the snapshot's keyspace, which no client saw:
+ * it fails no watch either (it failed those of the keys the snapshot had
+ * taken before it). */
+TEST(snapshot_cut_short_after_a_flushall_in_it_fails_no_watch) {
+    static const char part[] =
+        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 9000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n2\r\n"
+        "*1\r\n$8\r\nFLUSHALL\r\n"
+        "*3\r\n$3\r\nSET\r\n$4\r\nlast\r\n$1\r\n2\r\n";
+    snapshot_cut_short(part, sizeof part - 1, "last");
 }
 
 /* A full resync that replays the log from 0 (+FULLRESYNC <replid> 0)
