@@ -240,21 +240,20 @@ typedef struct touch_walk {
  * it: in neither keyspace (looked up as is, expired or not, as Redis'
  * dictFind), nothing changed and no watch fails. Else a watch taken while
  * the key was there and live fails. One taken while it was absent or
- * expired (was_live false: EXEC does not test its expiry) fails only if
- * the key is live in either keyspace: an expired key deleted, or replaced
- * by another expired one, is no change (Redis' wk->expired cases); live
- * in the emptied one, it was written since, which failed the watch
- * already. */
+ * expired (was_live false: EXEC does not test its expiry) fails if the
+ * key is in the new keyspace, expired or not (a replica's swap runs while
+ * Redis still loads, when keyIsExpired says no key is), or live in the
+ * emptied one (it was written since, which failed the watch already): an
+ * expired key deleted is no change (Redis' wk->expired case). */
 static void touch_entry(const dict *d, dict_entry *e, void *arg) {
     touch_walk *t = arg;
     const char *p = dict_key(d, e);
     dict_entry *before = store_find(t->emptied, p, e->klen);
     dict_entry *after = t->with ? store_find(t->with, p, e->klen) : NULL;
     if (!before && !after) return;
-    bool live = (before && entry_live(t->k, t->emptied, before)) ||
-                (after && entry_live(t->k, t->with, after));
+    bool seen = after || entry_live(t->k, t->emptied, before);
     for (kv_watch *w = *first_watch(e); w; w = w->knext)
-        if (w->was_live || live) w->cl->watch_dirty = true;
+        if (w->was_live || seen) w->cl->watch_dirty = true;
 }
 
 static void touch_replaced(kv *k, const store *emptied, const store *with) {
