@@ -3200,6 +3200,22 @@ static const char *exec_get(lull_loop *loop, int fd, const char *key, char *got,
     return ask(loop, fd, "EXEC\r\n", got, cap);
 }
 
+/* Each client fds[i], watching keys[i], runs MULTI, GET keys[i], EXEC:
+ * EXEC answers want[i] (a failed watch: a null array); the clients are
+ * closed. */
+static void exec_each_wants(lull_loop *loop, const int *fds,
+                            const char *const *keys, const char *const *want,
+                            int n) {
+    char got[64];
+    for (int i = 0; i < n; i++) {
+        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
+        if (strcmp(reply, want[i]) != 0)
+            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
+        CHECK(strcmp(reply, want[i]) == 0);
+        close(fds[i]);
+    }
+}
+
 /* The test, the replica's primary, hangs up (its end kept for
  * end_pair_replica to close): the replica reconnects, and waits at
  * M_SYNC on a new fake_fd. */
@@ -3252,15 +3268,33 @@ TEST(full_resync_fails_only_the_watches_of_keys_it_replaced) {
     CHECK_U64_EQ(r.kv.offset, 9000);
     static const char *const want[N] = {"*1\r\n$-1\r\n", "*-1\r\n", "*-1\r\n",
                                         "*-1\r\n"};
-    char got[64];
-    for (int i = 0; i < N; i++) {
-        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
-        if (strcmp(reply, want[i]) != 0)
-            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
-        CHECK(strcmp(reply, want[i]) == 0);
-        close(fds[i]);
-    }
+    exec_each_wants(loop, fds, keys, want, N);
     end_pair_replica(loop, &r);
+}
+
+/* The keys synced_watching_old_keys watches: none in any keyspace, old
+ * in the one it synced, new in none yet. */
+static const char *const old_keys[] = {"none", "old", "new"};
+enum { OLD_KEYS = sizeof old_keys / sizeof *old_keys };
+
+/* A replica r synced from the test, its primary, with a snapshot of one
+ * key (old); a client watching each of old_keys (fds); then the primary
+ * hung up, so the replica waits for a new sync on fake_fd. */
+static lull_loop *synced_watching_old_keys(server *r, int *fds) {
+    lull_loop *loop;
+    static const char first[] =
+        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
+        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
+    fake_replica_answered(&loop, r, count_syncs, first, sizeof first - 1);
+    uint64_t t0 = now_ms();
+    while (snap_full == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    watch_each(loop, r, old_keys, fds, OLD_KEYS);
+    fake_primary_hangs_up(loop, r);
+    return loop;
 }
 
 /* The link lost in the middle of a snapshot, after part[0, n) of it
@@ -3269,23 +3303,10 @@ TEST(full_resync_fails_only_the_watches_of_keys_it_replaced) {
  * watch fails, whatever keys that part held or its records did. */
 static void snapshot_cut_short(const char *part, size_t n, const char *last) {
     snap_full = 0;
-    lull_loop *loop;
     static server r;
-    static const char first[] =
-        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
-        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
-        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
-    fake_replica_answered(&loop, &r, count_syncs, first, sizeof first - 1);
+    int fds[OLD_KEYS];
+    lull_loop *loop = synced_watching_old_keys(&r, fds);
     uint64_t t0 = now_ms();
-    while (snap_full == 0) {
-        CHECK(now_ms() - t0 < 20000);
-        lull_loop_run(loop, LULL_RUN_ONCE);
-    }
-    static const char *const keys[] = {"none", "old", "new"};
-    enum { N = sizeof keys / sizeof *keys };
-    int fds[N];
-    watch_each(loop, &r, keys, fds, N);
-    fake_primary_hangs_up(loop, &r);
     send_all(fake_fd, part, n);
     /* applied, in its keyspace */
     while (!store_find(&r.m.snap_db, last, strlen(last))) {
@@ -3296,16 +3317,9 @@ static void snapshot_cut_short(const char *part, size_t n, const char *last) {
     fake_primary_hangs_up(loop, &r);
     CHECK_EQ(snap_full, 1);
     CHECK_U64_EQ(r.kv.offset, 5000); /* the old keyspace, as it was */
-    static const char *const want[N] = {"*1\r\n$-1\r\n", "*1\r\n$1\r\n1\r\n",
-                                        "*1\r\n$-1\r\n"};
-    char got[64];
-    for (int i = 0; i < N; i++) {
-        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
-        if (strcmp(reply, want[i]) != 0)
-            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
-        CHECK(strcmp(reply, want[i]) == 0);
-        close(fds[i]);
-    }
+    static const char *const want[OLD_KEYS] = {
+        "*1\r\n$-1\r\n", "*1\r\n$1\r\n1\r\n", "*1\r\n$-1\r\n"};
+    exec_each_wants(loop, fds, old_keys, want, OLD_KEYS);
     end_pair_replica(loop, &r);
 }
 
@@ -3339,23 +3353,10 @@ TEST(snapshot_cut_short_after_a_flushall_in_it_fails_no_watch) {
  * of a key they write fails). */
 TEST(full_replay_from_zero_fails_only_the_watches_of_keys_there) {
     snap_full = snap_replay = 0;
-    lull_loop *loop;
     static server r;
-    static const char first[] =
-        "+FULLRESYNC cccccccccccccccccccccccccccccccccccccccc 5000\r\n"
-        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n1\r\n"
-        "*2\r\n$11\r\nREPLSNAPEND\r\n$1\r\n1\r\n";
-    fake_replica_answered(&loop, &r, count_syncs, first, sizeof first - 1);
+    int fds[OLD_KEYS];
+    lull_loop *loop = synced_watching_old_keys(&r, fds);
     uint64_t t0 = now_ms();
-    while (snap_full == 0) {
-        CHECK(now_ms() - t0 < 20000);
-        lull_loop_run(loop, LULL_RUN_ONCE);
-    }
-    static const char *const keys[] = {"none", "old", "new"};
-    enum { N = sizeof keys / sizeof *keys };
-    int fds[N];
-    watch_each(loop, &r, keys, fds, N);
-    fake_primary_hangs_up(loop, &r);
     static const char replay[] =
         "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 0\r\n";
     static const char rec[] = "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n";
@@ -3366,15 +3367,9 @@ TEST(full_replay_from_zero_fails_only_the_watches_of_keys_there) {
         lull_loop_run(loop, LULL_RUN_ONCE);
     }
     CHECK_EQ(snap_replay, 1);
-    static const char *const want[N] = {"*1\r\n$-1\r\n", "*-1\r\n", "*-1\r\n"};
-    char got[64];
-    for (int i = 0; i < N; i++) {
-        const char *reply = exec_get(loop, fds[i], keys[i], got, sizeof got);
-        if (strcmp(reply, want[i]) != 0)
-            fprintf(stderr, "WATCH %s: EXEC answered %s\n", keys[i], reply);
-        CHECK(strcmp(reply, want[i]) == 0);
-        close(fds[i]);
-    }
+    static const char *const want[OLD_KEYS] = {"*1\r\n$-1\r\n", "*-1\r\n",
+                                               "*-1\r\n"};
+    exec_each_wants(loop, fds, old_keys, want, OLD_KEYS);
     end_pair_replica(loop, &r);
 }
 
