@@ -2000,6 +2000,7 @@ TEST(replica_waits_for_the_offset_once_fullresync_began) {
 
 /* ------------------------------------------- full resync by snapshot */
 
+static int snap_refused; /* snapshot records the replica refused */
 static int snap_full, snap_continue, snap_replay, snap_marker, snap_failed,
     snap_stalled;
 static int snap_children[64], snap_nchildren; /* distinct snapshot children */
@@ -2012,6 +2013,7 @@ static void count_syncs(server *srv, const char *line) {
     if (strstr(line, "snapshot was not") || strstr(line, "no snapshot child"))
         snap_failed++;
     if (strstr(line, "the child exited with status 1")) snap_stalled++;
+    if (strstr(line, "a snapshot record failed")) snap_refused++;
     const char *ch = strstr(line, " from child ");
     int pid = ch ? atoi(ch + 12) : 0;
     bool seen = false;
@@ -3345,6 +3347,36 @@ TEST(snapshot_cut_short_after_a_flushall_in_it_fails_no_watch) {
         "*1\r\n$8\r\nFLUSHALL\r\n"
         "*3\r\n$3\r\nSET\r\n$4\r\nlast\r\n$1\r\n2\r\n";
     snapshot_cut_short(part, sizeof part - 1, "last");
+}
+
+/* A snapshot record the replica refuses (an unknown command) mid-way,
+ * after records that SET watched keys: the link closes with the old
+ * keyspace kept, no watch fails, and the loading state the records ran
+ * under is over (left set, it would keep the primary's later writes from
+ * failing watches). */
+TEST(snapshot_refused_midway_fails_no_watch) {
+    snap_full = snap_refused = 0;
+    static server r;
+    int fds[OLD_KEYS];
+    lull_loop *loop = synced_watching_old_keys(&r, fds);
+    static const char part[] =
+        "+FULLRESYNC dddddddddddddddddddddddddddddddddddddddd 9000\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nnew\r\n$1\r\n2\r\n"
+        "*3\r\n$3\r\nSET\r\n$3\r\nold\r\n$1\r\n2\r\n"
+        "*1\r\n$5\r\nBOGUS\r\n";
+    send_all(fake_fd, part, sizeof part - 1);
+    uint64_t t0 = now_ms();
+    while (snap_refused == 0) {
+        CHECK(now_ms() - t0 < 20000);
+        lull_loop_run(loop, LULL_RUN_ONCE);
+    }
+    CHECK(!r.kv.loading);
+    CHECK(!r.kv.link_up);
+    CHECK_U64_EQ(r.kv.offset, 5000); /* the old keyspace, as it was */
+    static const char *const want[OLD_KEYS] = {
+        "*1\r\n$-1\r\n", "*1\r\n$1\r\n1\r\n", "*1\r\n$-1\r\n"};
+    exec_each_wants(loop, fds, old_keys, want, OLD_KEYS);
+    end_pair_replica(loop, &r);
 }
 
 /* A full resync that replays the log from 0 (+FULLRESYNC <replid> 0)
